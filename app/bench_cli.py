@@ -1,0 +1,113 @@
+"""``launcher.py bench …``: the headless benchmark (plain vs speculative, interleaved, medians)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+from app.engine.bench import BenchConfig, PromptFileError, load_prompts, run_bench
+from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
+from app.engine.sampling import SamplerSettings
+
+
+def k_value(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"K must be a positive integer or 'auto', not {text!r}") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError("K must be >= 1")
+    return k
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark plain vs speculative decoding on a pair")
+    p.add_argument("--pair", default=None, help="catalog pair id (default: the catalog's default pair)")
+    p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
+    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--k", type=k_value, default="auto", help="draft length: an integer or auto")
+    p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="ceiling for --k auto")
+    p.add_argument("--p-min", type=float, default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--rule", choices=("rejection", "match"), default="rejection", help="verification at T>0")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--proposer", choices=("draft", "lookup"), default="draft")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size")
+    p.add_argument("--json", dest="json_out", help="write the full result to this file")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from app.engine.backend import LoadOptions
+    from app.engine.pair import Pair
+    from app.models.provision import ensure_pair
+
+    try:
+        prompts = load_prompts(args.prompts_file, args.suite)
+    except PromptFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    entry, target, draft = ensure_pair(args.pair)
+    gen = GenConfig(max_tokens=args.max_tokens, k=args.k, k_max=args.k_max, p_min=args.p_min,
+                    proposer=args.proposer, rule=args.rule,
+                    sampler=SamplerSettings(temperature=args.temperature, seed=args.seed))
+    gen.validate()
+    opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads)
+    print(f"[bench] pair {entry.id}: target {target.name}, draft {draft.name}; {len(prompts)} prompts, "
+          f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
+    with Pair.load(target, draft if args.proposer == "draft" else None, opts) as pair:
+        result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats), progress=_progress)
+    result["pair"] = entry.id
+    result["command"] = reproduce_command(sys.argv)
+    print(file=sys.stderr)
+    print(format_table(result))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        print(f"[bench] wrote {args.json_out}")
+    print(f"[bench] reproduce: {result['command']}")
+    return 0
+
+
+def _progress(done: int, total: int, what: str) -> None:
+    print(f"\r[bench] {done}/{total} runs ({what})".ljust(60), end="", file=sys.stderr, flush=True)
+
+
+def reproduce_command(argv: list[str]) -> str:
+    args = argv[1:] if argv and argv[0].endswith("launcher.py") else argv
+    return "python launcher.py " + " ".join(shlex.quote(a) for a in args if a)
+
+
+def _f(value: Optional[float], spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def format_table(r: dict) -> str:
+    head = f"{'prompt':<20} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} {'accept':>7} {'tok/pass':>8} " \
+           f"{'c':>5} {'v':>5} {'bound':>6} {'same':>5}"
+    lines = [head, "-" * len(head)]
+    for p in r["per_prompt"]:
+        same = "-" if r["identical"] is None else ("yes" if p["identical"] else "NO")
+        lines.append(f"{p['id'][:20]:<20} {_f(p['baseline_tps'], '.1f'):>9} {_f(p['spec_tps'], '.1f'):>9} "
+                     f"{_f(p['speedup'], '.2f', 'x'):>8} {_f(p['acceptance_rate'], '.1%'):>7} "
+                     f"{_f(p['mean_accepted']):>8} {_f(p['c']):>5} {_f(p['v']):>5} {_f(p['bound'], '.2f', 'x'):>6} "
+                     f"{same:>5}")
+    lines.append("-" * len(head))
+    same = "-" if r["identical"] is None else ("yes" if r["identical"] else "NO")
+    lines.append(f"{'median':<20} {_f(r['baseline_tps'], '.1f'):>9} {_f(r['spec_tps'], '.1f'):>9} "
+                 f"{_f(r['speedup'], '.2f', 'x'):>8} {_f(r['acceptance_rate'], '.1%'):>7} "
+                 f"{_f(r['mean_accepted']):>8} {_f(r['c']):>5} {_f(r['v']):>5} {_f(r['bound'], '.2f', 'x'):>6} "
+                 f"{same:>5}")
+    lines.append(f"efficiency (speedup / bound): {_f(r['efficiency'])}   mean K: {_f(r['mean_k'], '.1f')}   "
+                 f"alpha: {_f(r['alpha'], '.3f')}")
+    for m in r["mismatches"]:
+        lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g})")
+    return "\n".join(lines)

@@ -1,0 +1,303 @@
+"""A thin backend on llama-cpp-python's low-level API: one model, one context, one sequence.
+
+Only what the decode loop needs: batched decode with logits requested for chosen rows, checked KV rollback
+(``llama_memory_seq_rm``), tokenizer access and vocabulary facts. ``Llama.generate``'s draft path is not used
+(it forces ``logits_all`` and sizes its scores buffer from the wrong flag).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import llama_cpp as L
+import numpy as np
+
+from app.engine.vocab import VOCAB_TYPES, VocabInfo
+
+_init_lock = threading.Lock()
+_initialised = False
+
+
+class BackendError(RuntimeError):
+    pass
+
+
+class RollbackError(BackendError):
+    """The KV cache refused a partial removal (recurrent or hybrid memory)."""
+
+
+class ContextFullError(BackendError):
+    """The sequence would not fit in the context window."""
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+def _silent_log(level, text, user_data):  # pragma: no cover - called from C
+    if os.environ.get("TANDEM_LLAMA_LOG") == "1":
+        print(text.decode(errors="replace"), end="", flush=True)
+
+
+def quiet_logs() -> None:
+    """Route llama.cpp's log to nowhere (``TANDEM_LLAMA_LOG=1`` shows it) and initialise the backend once."""
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            L.llama_log_set(_silent_log, ctypes.c_void_p(0))
+            L.llama_backend_init()
+            _initialised = True
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int = 4096  # 0 = the model's training context
+    n_gpu_layers: int = 0  # -1 = all
+    n_threads: int = 0  # 0 = all cores
+    n_batch: int = 512
+
+
+def default_threads() -> int:
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except Exception:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+class Model:
+    """A loaded GGUF with its own context holding one sequence (id 0)."""
+
+    def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
+        quiet_logs()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise BackendError(f"model file not found: {self.path}")
+        mparams = L.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
+        self.model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self.model:
+            raise BackendError(f"llama.cpp could not load {self.path.name}: not a valid GGUF model file?")
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = L.llama_model_n_ctx_train(self.model)
+        cparams = L.llama_context_default_params()
+        n_ctx = options.n_ctx or self.n_ctx_train
+        cparams.n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
+        cparams.n_batch = cparams.n_ubatch = options.n_batch
+        cparams.n_seq_max = 1
+        threads = options.n_threads or default_threads()
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self.ctx = L.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            raise BackendError(f"could not create a context for {self.path.name} (n_ctx={cparams.n_ctx})")
+        self.n_ctx = L.llama_n_ctx(self.ctx)
+        self.n_batch = options.n_batch
+        self.n_threads = threads
+        self.mem = L.llama_get_memory(self.ctx)
+        self.recurrent = bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))
+        self._batch = L.llama_batch_init(self.n_batch, 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+        self.cached: list[int] = []  # the tokens in the KV cache, in order
+        self._closed = False
+
+    # --- decoding -----------------------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (-1,)) -> np.ndarray:
+        """Append ``tokens`` at ``n_past`` in one ``llama_decode`` and return the logits rows requested.
+
+        ``logits_for`` lists indices into ``tokens`` (negative counts from the end). Returns a float32 array
+        ``(len(logits_for), n_vocab)`` that views llama.cpp's buffer: valid until the next decode.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise BackendError("decode called with no tokens")
+        if n > self.n_batch:
+            raise BackendError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        n_past = len(self.cached)
+        if n_past + n > self.n_ctx:
+            raise ContextFullError(f"{n_past + n} tokens exceed the context of {self.n_ctx}")
+        rows = sorted({i % n for i in logits_for})
+        b = self._batch
+        b.n_tokens = n
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = 0
+        for i in rows:
+            b.logits[i] = 1
+        rc = L.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise BackendError(f"llama_decode failed with code {rc} ({'no KV slot' if rc == 1 else 'error'})")
+        self.cached.extend(tokens)
+        if not rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = L.llama_get_logits(self.ctx)
+        out = np.ctypeslib.as_array(ptr, shape=(len(rows), self.n_vocab))
+        order = [rows.index(i % n) for i in logits_for]
+        return out if order == list(range(len(rows))) else out[order]
+
+    @property
+    def n_past(self) -> int:
+        return len(self.cached)
+
+    def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
+        """Make the KV cache hold exactly ``tokens``, keeping the common prefix with what it holds (prompt
+        reuse across chat turns) and decoding the rest in ``n_batch`` chunks.
+
+        Returns a copy of the last token's logits when ``need_logits`` (at least one token is re-decoded).
+        """
+        if len(tokens) > self.n_ctx:
+            raise ContextFullError(f"{len(tokens)} tokens do not fit in the context of {self.n_ctx}")
+        keep = _common_prefix(self.cached, tokens)
+        if need_logits and tokens:
+            keep = min(keep, len(tokens) - 1)
+        self.rollback(keep)
+        todo = list(tokens[keep:])
+        logits = None
+        for start in range(0, len(todo), self.n_batch):
+            chunk = todo[start:start + self.n_batch]
+            last = start + len(chunk) == len(todo)
+            rows = self.decode(chunk, (-1,) if last and need_logits else ())
+            if last and need_logits:
+                logits = np.array(rows[0], copy=True)
+        return logits
+
+    def rollback(self, n_keep: int) -> None:
+        """Drop every cached position >= ``n_keep``; checked (recurrent memory refuses partial removal)."""
+        if n_keep >= len(self.cached):
+            return
+        if not L.llama_memory_seq_rm(self.mem, 0, n_keep, -1):
+            raise RollbackError(
+                f"{self.path.name}: the KV cache refused to roll back to {n_keep} "
+                "(recurrent/hybrid models cannot drop rejected draft tokens)"
+            )
+        del self.cached[n_keep:]
+
+    def reset(self) -> None:
+        L.llama_memory_clear(self.mem, True)
+        self.cached.clear()
+
+    # --- tokenizer -----------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        n = L.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            return buf.raw[:n]
+        return self._piece.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(L.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> str:
+        return (L.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", "surrogateescape")
+
+    @property
+    def bos(self) -> int:
+        return L.llama_vocab_bos(self.vocab)
+
+    @property
+    def eos(self) -> int:
+        return L.llama_vocab_eos(self.vocab)
+
+    def vocab_info(self) -> VocabInfo:
+        return VocabInfo(
+            vocab_type=VOCAB_TYPES.get(L.llama_vocab_type(self.vocab), "unknown"),
+            n_vocab=self.n_vocab,
+            bos_id=self.bos,
+            eos_id=self.eos,
+            add_bos=bool(L.llama_vocab_get_add_bos(self.vocab)),
+            add_eos=bool(L.llama_vocab_get_add_eos(self.vocab)),
+            tokens=[self.token_text(i) for i in range(self.n_vocab)],
+        )
+
+    def chat_template(self) -> Optional[str]:
+        raw = L.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def meta(self, key: str) -> Optional[str]:
+        buf = ctypes.create_string_buffer(4096)
+        n = L.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    @property
+    def size_bytes(self) -> int:
+        return int(L.llama_model_size(self.model))
+
+    @property
+    def n_params(self) -> int:
+        return int(L.llama_model_n_params(self.model))
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        L.llama_model_desc(self.model, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    # --- lifetime ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        L.llama_batch_free(self._batch)
+        L.llama_free(self.ctx)
+        L.llama_model_free(self.model)
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix, by bisection on slice equality (C-speed compares)."""
+    a, b = list(a), list(b)
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # invariant: a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def active_backend() -> str:
+    """'CUDA', 'Metal', 'Vulkan', … or 'CPU': what llama.cpp will run on."""
+    quiet_logs()
+    info = L.llama_print_system_info().decode(errors="replace")
+    if not L.llama_supports_gpu_offload():
+        return "CPU"
+    for name in ("CUDA", "Metal", "Vulkan", "ROCm", "SYCL"):
+        if name.upper() in info.upper():
+            return name
+    return "GPU"

@@ -1,0 +1,242 @@
+"""Headless benchmark: plain vs speculative decoding of one pair on this machine.
+
+Method: one warm-up run of each mode, then for every prompt and repeat a plain and a speculative run in
+alternating order (plain first on even repeats, speculative first on odd ones), each from a cold KV cache so
+no run profits from another's prompt. Tokens/s counts generated tokens over decode time (prompt processing
+excluded). Reported figures are medians over prompts of per-prompt medians over repeats; ``speedup`` is the
+median of the per-prompt speedups, each taken between runs that were interleaved in time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from app.engine.loop import GenConfig, run
+from app.engine.pair import Pair
+from app.engine.stats import leviathan_bound
+
+CATEGORIES = ("code", "chat", "summarize", "math")
+
+
+class PromptFileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str = "custom"
+    prompt: Optional[str] = None  # raw completion
+    messages: Optional[list] = None  # chat
+
+    def tokens(self, pair: Pair) -> list[int]:
+        return pair.chat_prompt(self.messages) if self.messages is not None else pair.completion_prompt(self.prompt)
+
+    @property
+    def label(self) -> str:
+        text = self.prompt if self.messages is None else self.messages[-1].get("content", "")
+        return text.strip().replace("\n", " ")[:60]
+
+
+def parse_prompts(lines: Sequence[str], source: str) -> list[Prompt]:
+    prompts = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(f"{source}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or ("prompt" in obj) == ("messages" in obj):
+            raise PromptFileError(f'{source}:{n}: each line needs exactly one of "prompt" or "messages"')
+        if "prompt" in obj and not isinstance(obj["prompt"], str):
+            raise PromptFileError(f'{source}:{n}: "prompt" must be a string')
+        if "messages" in obj and not (isinstance(obj["messages"], list) and obj["messages"] and all(
+                isinstance(m, dict) and "role" in m and "content" in m for m in obj["messages"])):
+            raise PromptFileError(f'{source}:{n}: "messages" must be a list of {{"role", "content"}} objects')
+        prompts.append(Prompt(id=str(obj.get("id", f"{Path(source).stem}-{n}")),
+                              category=str(obj.get("category", "custom")),
+                              prompt=obj.get("prompt"), messages=obj.get("messages")))
+    if not prompts:
+        raise PromptFileError(f"{source}: no prompts")
+    return prompts
+
+
+def builtin_suite(category: str = "all") -> list[Prompt]:
+    text = resources.files("app.engine").joinpath("data/suite.jsonl").read_text(encoding="utf-8")
+    prompts = parse_prompts(text.splitlines(), "suite.jsonl")
+    if category not in ("all", *CATEGORIES):
+        raise PromptFileError(f"unknown suite {category!r}; choose all or one of {', '.join(CATEGORIES)}")
+    return [p for p in prompts if category == "all" or p.category == category]
+
+
+def load_prompts(path: Optional[str | Path] = None, category: str = "all") -> list[Prompt]:
+    if path is None:
+        return builtin_suite(category)
+    path = Path(path)
+    try:
+        return parse_prompts(path.read_text(encoding="utf-8").splitlines(), str(path))
+    except OSError as exc:
+        raise PromptFileError(f"cannot read prompts file {path}: {exc.strerror}") from None
+
+
+@dataclass
+class RunResult:
+    tokens: list[int]
+    stats: dict
+
+    @property
+    def tps(self) -> float:
+        return self.stats["tokens_per_s"]
+
+
+def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig) -> RunResult:
+    """One generation from a cold cache (the prompt is processed afresh, and not timed)."""
+    pair.reset()
+    out, stats = run(pair.target, tokens, cfg, pair.proposer(cfg))
+    return RunResult(out, stats)
+
+
+def divergence(pair: Pair, prompt: Sequence[int], plain: Sequence[int], spec: Sequence[int]) -> Optional[dict]:
+    """First position where two outputs differ and the target's top-1 minus top-2 logit there."""
+    pos = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+    if pos is None:
+        if len(plain) == len(spec):
+            return None
+        pos = min(len(plain), len(spec))
+    pair.reset()
+    logits = pair.target.sync(list(prompt) + list(plain[:pos]))
+    top2 = np.partition(logits, -2)[-2:]
+    return {"position": pos, "gap": float(abs(top2[1] - top2[0]))}
+
+
+@dataclass
+class BenchConfig:
+    gen: GenConfig = field(default_factory=GenConfig)
+    repeats: int = 1
+    warmup: bool = True
+
+
+def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
+              progress: Optional[Callable[[int, int, str], None]] = None,
+              cancel: Optional[threading.Event] = None) -> dict:
+    """Interleaved plain/speculative runs over ``prompts``; the result dict is the bench JSON contract."""
+    spec_cfg = bcfg.gen
+    plain_cfg = GenConfig(max_tokens=spec_cfg.max_tokens, sampler=spec_cfg.sampler, speculative=False)
+    encoded = [(p, p.tokens(pair)) for p in prompts]
+    if bcfg.warmup:
+        warm_tokens = min(32, spec_cfg.max_tokens)
+        for cfg in (replace(plain_cfg, max_tokens=warm_tokens), replace(spec_cfg, max_tokens=warm_tokens)):
+            measure(pair, encoded[0][1], cfg)
+    total, done = len(encoded) * bcfg.repeats * 2, 0
+    per_prompt = []
+    for prompt, tokens in encoded:
+        plain_runs: list[RunResult] = []
+        spec_runs: list[RunResult] = []
+        for r in range(bcfg.repeats):
+            order = (False, True) if r % 2 == 0 else (True, False)
+            for speculative in order:
+                if cancel is not None and cancel.is_set():
+                    return _aggregate(per_prompt, spec_cfg, partial=True)
+                result = measure(pair, tokens, spec_cfg if speculative else plain_cfg)
+                (spec_runs if speculative else plain_runs).append(result)
+                done += 1
+                if progress:
+                    progress(done, total, f"{prompt.id} {'spec' if speculative else 'plain'}")
+        per_prompt.append(_prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg))
+    return _aggregate(per_prompt, spec_cfg, partial=False)
+
+
+def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[RunResult],
+                   spec: list[RunResult], cfg: GenConfig) -> dict:
+    base = statistics.median(r.tps for r in plain)
+    spec_tps = statistics.median(r.tps for r in spec)
+    s = _merge([r.stats for r in spec])
+    t_target = 1.0 / base if base else None
+    c = (s["t_draft"] / s["drafted"]) / t_target if t_target and s["drafted"] else None
+    v = (s["t_verify_spec"] / s["spec_steps"]) / t_target if t_target and s["spec_steps"] else None
+    bound = leviathan_bound(s["alpha"], s["mean_k"], c, v) if c is not None and v is not None else None
+    identical = all(r.tokens == plain[0].tokens for r in spec)
+    mismatch = None
+    if cfg.sampler.greedy and not identical:
+        first_bad = next(r for r in spec if r.tokens != plain[0].tokens)
+        mismatch = divergence(pair, tokens, plain[0].tokens, first_bad.tokens)
+    return {
+        "id": prompt.id, "category": prompt.category, "prompt": prompt.label,
+        "baseline_tps": base, "spec_tps": spec_tps, "speedup": spec_tps / base if base else None,
+        "acceptance_rate": s["acceptance_rate"], "mean_accepted": s["mean_accepted"], "alpha": s["alpha"],
+        "mean_k": s["mean_k"], "per_position": s["per_position"], "histogram": s["histogram"],
+        "c": c, "v": v, "bound": bound, "identical": identical, "mismatch": mismatch,
+        "tokens": len(plain[0].tokens), "plain_runs": [r.tps for r in plain], "spec_runs": [r.tps for r in spec],
+        "_sums": s,
+    }
+
+
+def _merge(stats: list[dict]) -> dict:
+    """Pool several runs' counters into one (rates recomputed from the sums)."""
+    keys = ("drafted", "accepted", "steps", "tokens", "t_draft", "t_verify", "t_verify_spec", "spec_steps",
+            "rejections")
+    s = {k: sum(st[k] for st in stats) for k in keys}
+    trials = s["accepted"] + s["rejections"]
+    s["alpha"] = s["accepted"] / trials if trials else 0.0
+    s["acceptance_rate"] = s["accepted"] / s["drafted"] if s["drafted"] else 0.0
+    s["mean_accepted"] = s["tokens"] / s["steps"] if s["steps"] else 0.0
+    s["mean_k"] = s["drafted"] / s["spec_steps"] if s["spec_steps"] else 0.0
+    s["tested_at"] = _sum_lists(st.get("tested_at", []) for st in stats)
+    s["accepted_at"] = _sum_lists(st.get("accepted_at", []) for st in stats)
+    s["histogram"] = _sum_lists(st.get("histogram", []) for st in stats)
+    s["per_position"] = [a / t if t else 0.0 for a, t in
+                         zip(s["accepted_at"] + [0] * len(s["tested_at"]), s["tested_at"])]
+    return s
+
+
+def _sum_lists(lists) -> list:
+    out: list = []
+    for values in lists:
+        if len(out) < len(values):
+            out.extend([0] * (len(values) - len(out)))
+        for i, n in enumerate(values):
+            out[i] += n
+    return out
+
+
+def _median(values: list) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool) -> dict:
+    pooled = _merge([p["_sums"] for p in per_prompt]) if per_prompt else {}
+    speedup, bound = _median([p["speedup"] for p in per_prompt]), _median([p["bound"] for p in per_prompt])
+    mismatches = [{"prompt": p["id"], **p["mismatch"]} for p in per_prompt if p["mismatch"]]
+    return {
+        "baseline_tps": _median([p["baseline_tps"] for p in per_prompt]),
+        "spec_tps": _median([p["spec_tps"] for p in per_prompt]),
+        "speedup": speedup,
+        "acceptance_rate": pooled.get("acceptance_rate"),
+        "mean_accepted": pooled.get("mean_accepted"),
+        "alpha": pooled.get("alpha"),
+        "identical": all(p["identical"] for p in per_prompt) if cfg.sampler.greedy else None,
+        "mismatches": mismatches,
+        "c": _median([p["c"] for p in per_prompt]),
+        "v": _median([p["v"] for p in per_prompt]),
+        "bound": bound,
+        "efficiency": speedup / bound if speedup and bound else None,
+        "k": cfg.k,
+        "mean_k": pooled.get("mean_k"),
+        "per_position": pooled.get("per_position", []),
+        "histogram": pooled.get("histogram", []),
+        "proposer": cfg.proposer,
+        "temperature": cfg.sampler.temperature,
+        "max_tokens": cfg.max_tokens,
+        "partial": partial,
+        "per_prompt": [{k: v for k, v in p.items() if k != "_sums"} for p in per_prompt],
+    }

@@ -1,0 +1,49 @@
+"""What the decode loop yields. Consumers (UI, benchmark, CLI) see only these, never engine internals."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Union
+
+# Provenance of an emitted token.
+ACCEPTED = "accepted"  # a draft token the target verified
+CORRECTED = "corrected"  # the target's own token at the first rejected draft position
+BONUS = "bonus"  # the extra token after a fully accepted draft
+PLAIN = "plain"  # speculation off: one target step, one token
+KINDS = (ACCEPTED, CORRECTED, BONUS, PLAIN)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token: int
+    text: str  # newly printable text ("" while a UTF-8 character is still incomplete)
+    kind: str  # one of KINDS
+    step: int  # target pass that produced it (0-based)
+    draft_pos: Optional[int] = None  # position in the draft (0-based) for accepted/corrected tokens
+    draft_prob: Optional[float] = None  # the draft's probability of its proposed token at that position
+    index: int = 0  # position in the generated sequence (0-based)
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    step: int
+    drafted: int  # tokens proposed this step
+    accepted: int  # of those, accepted
+    emitted: int  # tokens emitted this step (accepted + 1, or 1 without speculation)
+    t_draft: float  # seconds spent drafting
+    t_verify: float  # seconds in the target's pass (decode + sampling)
+    k: int  # the draft limit in force this step
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    reason: str  # "eog", "max_tokens", "stopped", "context"
+    stats: dict = field(default_factory=dict)  # Stats.summary()
+    text: str = ""
+    tokens: tuple = ()
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+Event = Union[TokenEvent, StepEvent, DoneEvent]

@@ -1,0 +1,211 @@
+"""The decode loop: plain and speculative decoding as one generator of events.
+
+Each step: the proposer drafts up to K tokens; the target decodes ``[last] + draft`` in one ``llama_decode``
+with logits for those K+1 rows only; a verification rule (``verify.py``) accepts a prefix and supplies the
+next token; the target's KV cache is rolled back past the rejected tokens (checked). Speculation off is the
+same loop with an empty draft, so plain and speculative decoding share every line that could change output.
+
+Invariant: the target's KV cache holds ``tokens[:-1]``; ``tokens[-1]`` is the pending token whose logits the
+next pass computes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from app.engine.backend import ContextFullError, Model, RollbackError
+from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
+from app.engine.proposers import Draft, Proposer
+from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
+from app.engine.stats import Stats
+from app.engine.text import Utf8Stream
+from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
+
+RULES = ("rejection", "match")
+
+# Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
+DEFAULT_K_START = 8
+DEFAULT_K_MAX = 12
+DEFAULT_P_MIN = 0.3
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    max_tokens: int = 256
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    speculative: bool = True
+    proposer: str = "draft"  # "draft" or "lookup"
+    k: Union[int, str] = "auto"  # a fixed draft length, or "auto"
+    k_max: int = DEFAULT_K_MAX  # ceiling for auto
+    p_min: float = DEFAULT_P_MIN  # auto: stop drafting below this draft confidence
+    rule: str = "rejection"  # T > 0: "rejection" (exact speculative sampling) or "match" (llama.cpp's)
+
+    def validate(self) -> "GenConfig":
+        self.sampler.validate()
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.k != "auto" and (not isinstance(self.k, int) or self.k < 1):
+            raise ValueError(f"k must be a positive integer or 'auto', not {self.k!r}")
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
+        if self.proposer not in ("draft", "lookup"):
+            raise ValueError(f"proposer must be 'draft' or 'lookup', not {self.proposer!r}")
+        if not 0.0 <= self.p_min < 1.0:
+            raise ValueError("p_min must be in [0, 1)")
+        return self
+
+
+class DraftLength:
+    """Fixed K, or ``auto``: K grows by 2 after a fully accepted draft and shrinks by 1 after a rejection
+    (the schedule of Hugging Face's assisted generation), within [1, k_max]; drafting also stops early when
+    the draft's confidence falls below p_min (in the proposer)."""
+
+    def __init__(self, k: Union[int, str], k_max: int):
+        self.auto = k == "auto"
+        self.k_max = k_max if self.auto else int(k)
+        self.k = min(DEFAULT_K_START, self.k_max) if self.auto else int(k)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if not self.auto or drafted == 0:
+            return
+        if accepted == drafted == self.k:
+            self.k = min(self.k + 2, self.k_max)
+        elif accepted < drafted:
+            self.k = max(self.k - 1, 1)
+
+
+class _Rows:
+    """Target distributions computed on first use (a rejection at position i never needs rows > i)."""
+
+    def __init__(self, logits: np.ndarray, sampler: SamplerSettings, history: Sequence[int], draft: Sequence[int]):
+        self.logits, self.sampler, self.history, self.draft = logits, sampler, history, draft
+        self.cache: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i not in self.cache:
+            context = list(recent_window(self.history, self.sampler)) + list(self.draft[:i])
+            self.cache[i] = distribution(self.logits[i], self.sampler, context)
+        return self.cache[i]
+
+    def __len__(self) -> int:
+        return len(self.draft) + 1
+
+
+def judge(logits: np.ndarray, draft: Draft, history: Sequence[int], cfg: GenConfig,
+          rng: np.random.Generator) -> tuple[int, int]:
+    """(accepted count, next token) for one verification pass; ``logits`` has len(draft) + 1 rows."""
+    s = cfg.sampler
+    if s.greedy:
+        if s.repeat_penalty == 1.0:
+            best = np.argmax(logits, axis=1).tolist()
+        else:
+            recent = list(recent_window(history, s))
+            best = [greedy_token(logits[i], s, recent + draft.tokens[:i]) for i in range(len(logits))]
+        n = greedy_accept(draft.tokens, best)
+        return n, best[n]
+    p = _Rows(logits, s, history, draft.tokens)
+    if cfg.rule == "match":
+        return sample_and_match(p, draft.tokens, rng)
+    return rejection_sample(p, draft.q, draft.tokens, rng)
+
+
+def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
+             stop: Optional[threading.Event] = None, baseline_tps: Optional[float] = None,
+             on_prefill: Optional[Callable[[float], None]] = None) -> Iterator[Event]:
+    """Generate from ``prompt`` (token ids); yields TokenEvents and StepEvents, then one DoneEvent.
+
+    ``proposer`` is used when ``cfg.speculative``; ``stop`` ends generation at the next step boundary;
+    ``baseline_tps`` (plain tokens/s of this target here) lets the final stats carry speedup, c, v and bound.
+    Raises ContextFullError (prompt too long) and RollbackError (speculation on recurrent memory) up front.
+    """
+    cfg.validate()
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if len(prompt) >= target.n_ctx:
+        raise ContextFullError(
+            f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; "
+            "shorten it or load the pair with a larger context"
+        )
+    spec = proposer if cfg.speculative else None
+    if spec is not None and target.recurrent:
+        raise RollbackError(f"{target.path.name} has recurrent/hybrid memory, which cannot roll back "
+                            "rejected draft tokens; turn speculation off for this model")
+    rng = make_rng(cfg.sampler)
+    sample_draft = not cfg.sampler.greedy and cfg.rule == "rejection"
+
+    t0 = time.perf_counter()
+    target.sync(prompt[:-1], need_logits=False)
+    if spec is not None:
+        spec.begin(prompt)
+    if on_prefill:
+        on_prefill(time.perf_counter() - t0)
+
+    tokens = list(prompt)
+    stream, stats, length = Utf8Stream(), Stats(), DraftLength(cfg.k, cfg.k_max)
+    emitted, step, reason = 0, 0, None
+    while reason is None:
+        if stop is not None and stop.is_set():
+            reason = "stopped"
+            break
+        t_step = time.perf_counter()
+        room = target.n_ctx - len(tokens)  # KV after the pass: len(tokens) + len(draft)
+        if room < 1:
+            reason = "context"
+            break
+        k = min(length.k, cfg.max_tokens - emitted - 1, room - 1) if spec is not None else 0
+        draft = spec.propose(tokens, k, cfg.sampler, rng, sample_draft) if k > 0 else Draft()
+
+        t_pass = time.perf_counter()
+        batch = [tokens[-1]] + draft.tokens
+        logits = target.decode(batch, range(len(batch)))
+        n, nxt = judge(logits, draft, tokens, cfg, rng)
+        target.rollback(len(tokens) + n)
+        t_verify = time.perf_counter() - t_pass
+
+        events: list[Event] = []
+        for i, tok in enumerate(draft.tokens[:n] + [nxt]):
+            if target.is_eog(tok):
+                reason = "eog"
+                break
+            kind = ACCEPTED if i < n else (CORRECTED if n < len(draft.tokens) else (BONUS if draft.tokens else PLAIN))
+            tokens.append(tok)
+            events.append(TokenEvent(
+                token=tok, text=stream.feed(target.piece(tok)), kind=kind, step=step,
+                draft_pos=i if i < len(draft.tokens) else None,
+                draft_prob=draft.probs[i] if i < len(draft.probs) else None, index=emitted,
+            ))
+            emitted += 1
+            if emitted >= cfg.max_tokens:
+                reason = "max_tokens"
+                break
+        step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
+                            t_draft=draft.seconds, t_verify=t_verify, k=k)
+        stats.add(step_ev)
+        length.update(len(draft.tokens), n)
+        step += 1
+        stats.t_total += time.perf_counter() - t_step
+        yield from events
+        yield step_ev
+
+    tail = stream.flush()
+    if tail:
+        yield TokenEvent(token=-1, text=tail, kind=PLAIN, step=step, index=emitted)
+    generated = tokens[len(prompt):]
+    yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps),
+                    tokens=tuple(generated))
+
+
+def run(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
+        baseline_tps: Optional[float] = None) -> tuple[list[int], dict]:
+    """Run a whole generation; (generated token ids, stats summary, with speedup if a baseline is given)."""
+    done = None
+    for ev in generate(target, prompt, cfg, proposer, baseline_tps=baseline_tps):
+        if isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return list(done.tokens), dict(done.stats)

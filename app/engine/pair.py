@@ -1,0 +1,106 @@
+"""A loaded target/draft pair: the object the UI, the benchmark and the CLI hold.
+
+It owns the two models, refuses an incompatible draft (llama.cpp's vocabulary rules, ``vocab.py``), turns
+chat messages into prompt tokens with the target's own template, and hands out proposers.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from app.engine import vocab
+from app.engine.backend import LoadOptions, Model
+from app.engine.events import Event
+from app.engine.loop import GenConfig, generate
+from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
+from app.engine.text import render_chat
+
+
+class Pair:
+    def __init__(self, target: Model, draft: Optional[Model] = None):
+        self.target = target
+        self.draft: Optional[Model] = None
+        self._target_vocab = target.vocab_info()
+        if draft is not None:
+            self.set_draft(draft)
+
+    @classmethod
+    def load(cls, target_path: Path | str, draft_path: Optional[Path | str] = None,
+             target_options: LoadOptions = LoadOptions(),
+             draft_options: Optional[LoadOptions] = None) -> "Pair":
+        """Load both models; the draft defaults to full GPU offload and the target's context size.
+        Nothing stays loaded if either fails."""
+        target = Model(target_path, target_options)
+        try:
+            draft = None
+            if draft_path is not None:
+                opts = draft_options or LoadOptions(n_ctx=target.n_ctx, n_gpu_layers=-1,
+                                                    n_threads=target_options.n_threads,
+                                                    n_batch=target_options.n_batch)
+                draft = Model(draft_path, opts)
+            return cls(target, draft)
+        except BaseException:
+            target.close()
+            raise
+
+    def set_draft(self, draft: Optional[Model]) -> None:
+        """Swap the draft model (closing the old one); raises IncompatiblePair and keeps the old one."""
+        if draft is not None:
+            try:
+                vocab.require(self._target_vocab, draft.vocab_info())
+            except vocab.IncompatiblePair:
+                draft.close()
+                raise
+        if self.draft is not None:
+            self.draft.close()
+        self.draft = draft
+
+    def proposer(self, cfg: GenConfig) -> Optional[Proposer]:
+        if not cfg.speculative:
+            return None
+        if cfg.proposer == "lookup":
+            return PromptLookupProposer()
+        if self.draft is None:
+            raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
+        p_min = cfg.p_min if cfg.k == "auto" else 0.0
+        return DraftModelProposer(self.draft, p_min=p_min)
+
+    # --- prompts ---------------------------------------------------------------------------------------
+
+    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids for a conversation, rendered with the target's chat template."""
+        t = self.target
+        bos_text = t.token_text(t.bos) if t.bos >= 0 else ""
+        eos_text = t.token_text(t.eos) if t.eos >= 0 else ""
+        text = render_chat(t.chat_template(), messages, bos=bos_text, eos=eos_text)
+        ids = t.tokenize(text, add_special=True, parse_special=True)
+        if len(ids) >= 2 and ids[0] == ids[1] == t.bos:  # the template wrote BOS and so did the tokenizer
+            ids = ids[1:]
+        return ids
+
+    def completion_prompt(self, text: str) -> list[int]:
+        return self.target.tokenize(text, add_special=True, parse_special=False)
+
+    def generate(self, prompt: Sequence[int], cfg: GenConfig, stop: Optional[threading.Event] = None,
+                 baseline_tps: Optional[float] = None) -> Iterator[Event]:
+        return generate(self.target, prompt, cfg, self.proposer(cfg), stop=stop, baseline_tps=baseline_tps)
+
+    def reset(self) -> None:
+        """Forget cached prompts (KV caches), e.g. before a benchmark run."""
+        self.target.reset()
+        if self.draft is not None:
+            self.draft.reset()
+
+    def close(self) -> None:
+        self.target.close()
+        if self.draft is not None:
+            self.draft.close()
+            self.draft = None
+
+    def __enter__(self) -> "Pair":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,147 @@
+"""Proposers: whatever suggests the next tokens for the target to verify, behind one small protocol.
+
+A proposer sees the whole token history (prompt + accepted output) and returns up to ``k`` draft tokens with,
+when it has them, the distributions ``q`` they were drawn from (needed by exact rejection sampling; ``None``
+means a deterministic proposal, ``q = onehot``). It keeps whatever cache it has in sync with the history by
+itself, so the decode loop never has to know what kind of proposer it drives. New kinds (cross-tokenizer,
+tree) implement the same three methods.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Protocol, Sequence
+
+import numpy as np
+
+from app.engine.backend import Model
+from app.engine.sampling import SamplerSettings, distribution, greedy_token
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    q: Optional[list[np.ndarray]] = None  # one distribution per token, or None (deterministic)
+    probs: list[Optional[float]] = field(default_factory=list)  # proposer's confidence per token, for display
+    seconds: float = 0.0
+
+
+class Proposer(Protocol):
+    name: str
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """A new generation starts from ``prompt`` (may prefill caches)."""
+
+    def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
+                rng: np.random.Generator, sample: bool) -> Draft:
+        """Up to ``k`` tokens to follow ``history``. ``sample``: draw from q (rejection sampling) rather
+        than take the most likely token."""
+
+    def close(self) -> None:
+        """Free what the proposer holds."""
+
+
+class DraftModelProposer:
+    """A small GGUF model with the target's vocabulary drafts autoregressively.
+
+    Its KV cache holds a prefix of the history plus the tokens it drafted last time; on each call it keeps
+    the part that still agrees with the history, rolls back the rest, and decodes what it has not seen.
+    Drafting stops early when the draft's top probability falls below ``p_min`` (llama.cpp's rule).
+    """
+
+    name = "draft"
+
+    def __init__(self, model: Model, p_min: float = 0.0):
+        self.model = model
+        self.p_min = p_min
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.model.sync(prompt[:-1], need_logits=False)
+
+    def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
+                rng: np.random.Generator, sample: bool) -> Draft:
+        t0 = time.perf_counter()
+        draft = Draft(q=[] if sample else None)
+        room = self.model.n_ctx - len(history) - 1
+        k = min(k, room)
+        if k <= 0:
+            return draft
+        logits = self.model.sync(history)
+        recent = list(history[-max(sampler.repeat_last_n, 1):]) if sampler.repeat_penalty != 1.0 else []
+        for j in range(k):
+            if sample:
+                q = distribution(logits, sampler, recent)
+                x = _draw(q, rng)
+                p_x, top = float(q[x]), float(q.max())
+            else:
+                x = greedy_token(logits, sampler, recent)
+                p_x = top = _softmax_at(logits, x)
+            if top < self.p_min:
+                break
+            draft.tokens.append(x)
+            draft.probs.append(p_x)
+            if sample:
+                draft.q.append(q)
+            if sampler.repeat_penalty != 1.0:
+                recent.append(x)
+            if j + 1 < k:
+                logits = self.model.decode([x])[0]
+        draft.seconds = time.perf_counter() - t0
+        return draft
+
+    def close(self) -> None:
+        self.model.close()
+
+
+class PromptLookupProposer:
+    """Prompt lookup decoding (Saxena 2023): find the most recent earlier occurrence of the history's last
+    n-gram (longest n first) and propose the tokens that followed it. No extra model, no cost to speak of.
+    An index from n-gram to its last position is updated incrementally as the history grows."""
+
+    name = "lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.index: dict[tuple, int] = {}  # n-gram -> position just after its latest occurrence
+        self.seen = 0  # n-grams ending at positions <= seen are indexed
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.index.clear()
+        self.seen = 0
+
+    def _index_until(self, history: Sequence[int], end: int) -> None:
+        """Index every n-gram that ends at a position <= ``end`` (exclusive end index)."""
+        for stop in range(self.seen + 1, end + 1):
+            for n in range(self.min_ngram, min(self.max_ngram, stop) + 1):
+                self.index[tuple(history[stop - n:stop])] = stop
+        self.seen = max(self.seen, end)
+
+    def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
+                rng: np.random.Generator, sample: bool) -> Draft:
+        t0 = time.perf_counter()
+        draft = Draft()
+        self._index_until(history, len(history) - 1)  # n-grams that already have a continuation
+        for n in range(min(self.max_ngram, len(history) - 1), self.min_ngram - 1, -1):
+            start = self.index.get(tuple(history[len(history) - n:]))
+            if start is not None:
+                draft.tokens = list(history[start:start + k])
+                break
+        self._index_until(history, len(history))
+        draft.probs = [None] * len(draft.tokens)
+        draft.seconds = time.perf_counter() - t0
+        return draft
+
+    def close(self) -> None:
+        pass
+
+
+def _softmax_at(logits: np.ndarray, x: int) -> float:
+    m = float(logits[x])
+    return float(1.0 / np.exp(logits - m, dtype=np.float32).sum())
+
+
+def _draw(q: np.ndarray, rng: np.random.Generator) -> int:
+    from app.engine.verify import sample_from
+
+    return sample_from(q, rng)

@@ -1,0 +1,153 @@
+"""Speculative decoding statistics and the speedup they predict.
+
+Notation (Leviathan et al., arXiv:2211.17192): ``alpha`` is the probability that a drafted token is accepted
+(assumed i.i.d. per position), ``gamma`` the number of drafted tokens per target pass, ``c`` the cost of one
+draft token relative to one plain target step. Their Theorem 3.8 assumes verifying ``gamma + 1`` tokens costs
+one target step; on CPUs and small-batch GPUs it does not, so we use ``v`` = cost of verifying ``gamma + 1``
+tokens relative to one plain target step (``v = 1`` recovers the paper):
+
+    expected tokens per target pass   E = (1 - alpha^(gamma+1)) / (1 - alpha)            (Eq. 1)
+    expected speedup (the bound)      S = E / (gamma * c + v)                              (Thm 3.8, generalised)
+
+``alpha`` is estimated from the run as accepted / (accepted + rejections): every drafted position that the
+target actually judged is one Bernoulli trial (positions after a rejection are never judged).
+
+References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192); Chen et al. 2023 (arXiv:2302.01318);
+vLLM's and llama.cpp's metric names (acceptance rate = accepted / drafted, mean acceptance length =
+tokens per target pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from app.engine.events import StepEvent
+
+
+def expected_tokens(alpha: float, gamma: float) -> float:
+    """E[#tokens per target pass] = (1 - alpha^(gamma+1)) / (1 - alpha); gamma + 1 when alpha = 1."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+
+
+def leviathan_bound(alpha: float, gamma: float, c: float, v: float) -> float:
+    """Predicted speedup over plain decoding: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma*c + v))."""
+    return expected_tokens(alpha, gamma) / (gamma * c + v)
+
+
+@dataclass
+class Stats:
+    """Accumulates StepEvents of one generation (or several, for a benchmark)."""
+
+    steps: int = 0  # target passes
+    emitted: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rejections: int = 0  # steps where a drafted token was judged and refused
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_total: float = 0.0  # decode wall time (prefill excluded)
+    spec_steps: int = 0  # steps that verified a non-empty draft
+    t_verify_spec: float = 0.0
+    tested_at: list = field(default_factory=list)  # per draft position: times judged
+    accepted_at: list = field(default_factory=list)  # per draft position: times accepted
+    histogram: list = field(default_factory=list)  # histogram[n] = steps that accepted n tokens
+
+    def add(self, ev: StepEvent) -> None:
+        self.steps += 1
+        self.emitted += ev.emitted
+        self.drafted += ev.drafted
+        self.accepted += ev.accepted
+        self.t_draft += ev.t_draft
+        self.t_verify += ev.t_verify
+        if ev.drafted:
+            self.spec_steps += 1
+            self.t_verify_spec += ev.t_verify
+            judged = min(ev.accepted + 1, ev.drafted)
+            if ev.accepted < ev.drafted:
+                self.rejections += 1
+            _grow(self.tested_at, judged)
+            _grow(self.accepted_at, ev.accepted)
+            _grow(self.histogram, ev.accepted + 1)
+            for i in range(judged):
+                self.tested_at[i] += 1
+            for i in range(ev.accepted):
+                self.accepted_at[i] += 1
+            self.histogram[ev.accepted] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens per target pass (the 'compression ratio'; 1.0 for plain decoding)."""
+        return self.emitted / self.steps if self.steps else 0.0
+
+    @property
+    def alpha(self) -> float:
+        trials = self.accepted + self.rejections
+        return self.accepted / trials if trials else 0.0
+
+    @property
+    def mean_gamma(self) -> float:
+        return self.drafted / self.spec_steps if self.spec_steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.emitted / self.t_total if self.t_total > 0 else 0.0
+
+    def per_position(self) -> list[float]:
+        return [a / t if t else 0.0 for a, t in zip(self.accepted_at + [0] * len(self.tested_at), self.tested_at)]
+
+    def costs(self, t_target: Optional[float]) -> tuple[Optional[float], Optional[float]]:
+        """(c, v) given the plain target's seconds per token; None without a baseline or a draft."""
+        if not t_target or not self.drafted or not self.spec_steps:
+            return None, None
+        return (self.t_draft / self.drafted) / t_target, (self.t_verify_spec / self.spec_steps) / t_target
+
+    def bound(self, t_target: Optional[float]) -> Optional[float]:
+        c, v = self.costs(t_target)
+        if c is None or v is None:
+            return None
+        return leviathan_bound(self.alpha, self.mean_gamma, c, v)
+
+    def summary(self, baseline_tps: Optional[float] = None) -> dict:
+        t_target = 1.0 / baseline_tps if baseline_tps else None
+        c, v = self.costs(t_target)
+        bound = self.bound(t_target)
+        speedup = self.tokens_per_s / baseline_tps if baseline_tps and self.t_total > 0 else None
+        return {
+            "tokens": self.emitted,
+            "steps": self.steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted": self.mean_accepted,
+            "alpha": self.alpha,
+            "mean_k": self.mean_gamma,
+            "per_position": self.per_position(),
+            "histogram": list(self.histogram),
+            "tested_at": list(self.tested_at),
+            "accepted_at": list(self.accepted_at),
+            "rejections": self.rejections,
+            "spec_steps": self.spec_steps,
+            "t_verify_spec": self.t_verify_spec,
+            "tokens_per_s": self.tokens_per_s,
+            "t_draft": self.t_draft,
+            "t_verify": self.t_verify,
+            "t_total": self.t_total,
+            "baseline_tps": baseline_tps,
+            "speedup": speedup,
+            "c": c,
+            "v": v,
+            "bound": bound,
+            "efficiency": speedup / bound if speedup and bound else None,
+        }
+
+
+def _grow(values: list, n: int) -> None:
+    if len(values) < n:
+        values.extend([0] * (n - len(values)))

@@ -1,0 +1,56 @@
+"""Text in and out: the GGUF's own chat template, and UTF-8 that streams whole characters."""
+
+from __future__ import annotations
+
+import codecs
+from datetime import datetime
+from typing import Optional, Sequence
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class TemplateError(ValueError):
+    pass
+
+
+def render_chat(template: Optional[str], messages: Sequence[dict], bos: str = "", eos: str = "",
+                add_generation_prompt: bool = True) -> str:
+    """Render ``messages`` ([{"role", "content"}]) with the model's Jinja chat template (sandboxed).
+
+    Models without a template get a plain "Role: text" transcript, which base models continue sensibly.
+    """
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise TemplateError("each message needs a 'role' and a 'content'")
+    if not template:
+        lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+        return "\n".join(lines) + ("\nAssistant:" if add_generation_prompt else "")
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(f"chat template: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        loader=jinja2.BaseLoader())
+    env.globals.update(raise_exception=raise_exception,
+                       strftime_now=lambda fmt: datetime.now().strftime(fmt))
+    try:
+        return env.from_string(template).render(
+            messages=list(messages), bos_token=bos, eos_token=eos,
+            add_generation_prompt=add_generation_prompt,
+        )
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"chat template failed to render: {exc}") from exc
+
+
+class Utf8Stream:
+    """Turns token byte pieces into text, holding back a character split across tokens until it is whole."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, piece: bytes) -> str:
+        return self._decoder.decode(piece)
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)

@@ -1,0 +1,98 @@
+"""Draft/target vocabulary compatibility, judged exactly as llama.cpp judges it.
+
+llama.cpp (``common_speculative_are_compatible`` in common/speculative.cpp) requires: the same vocabulary type,
+the same BOS id and add-BOS flag, the same EOS id and add-EOS flag, vocabulary sizes within 128 of each other,
+and equal token text for every id from 5 up to the smaller vocabulary. :class:`VocabInfo` can be filled from a
+loaded model (``backend.Model.vocab_info``) or from GGUF metadata alone (the model manager), so a pair is judged
+the same way before download, before loading and at load time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+CHECK_START_TOKEN_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID
+
+# llama_vocab_type values and the GGUF ``tokenizer.ggml.model`` names that select them.
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+GGUF_TOKENIZER_MODELS = {
+    "no_vocab": "none", "none": "none", "llama": "spm", "gpt2": "bpe", "bert": "wpm",
+    "t5": "ugm", "rwkv": "rwkv", "plamo2": "plamo2",
+}
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    vocab_type: str  # one of VOCAB_TYPES' values
+    n_vocab: int
+    bos_id: int  # -1 when the model has none
+    eos_id: int
+    add_bos: bool
+    add_eos: bool
+    tokens: Sequence[str]  # token text by id
+
+    def fingerprint(self) -> str:
+        """A short hash of everything the compatibility check looks at; equal fingerprints always match."""
+        h = hashlib.sha256()
+        h.update(f"{self.vocab_type}|{self.bos_id}|{self.eos_id}|{self.add_bos}|{self.add_eos}|".encode())
+        for text in self.tokens:
+            h.update(text.encode("utf-8", "surrogateescape"))
+            h.update(b"\x00")
+        return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Compatibility:
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class IncompatiblePair(ValueError):
+    """Raised when a draft cannot speculate for a target; the message names the first difference."""
+
+
+def check(target: VocabInfo, draft: VocabInfo) -> Compatibility:
+    """Judge a pair; the reason names the first difference found, in llama.cpp's order of checks."""
+    field_checks = [
+        ("vocabulary type", target.vocab_type, draft.vocab_type),
+        ("add-BOS flag", target.add_bos, draft.add_bos),
+        ("BOS token id", target.bos_id, draft.bos_id),
+        ("add-EOS flag", target.add_eos, draft.add_eos),
+        ("EOS token id", target.eos_id, draft.eos_id),
+    ]
+    for what, t, d in field_checks:
+        if t != d:
+            return Compatibility(False, f"{what} differs: target {t!r}, draft {d!r}")
+    gap = abs(target.n_vocab - draft.n_vocab)
+    if gap > MAX_SIZE_DIFFERENCE:
+        return Compatibility(
+            False,
+            f"vocabulary sizes differ by {gap} (target {target.n_vocab}, draft {draft.n_vocab}; "
+            f"at most {MAX_SIZE_DIFFERENCE} allowed)",
+        )
+    first = first_text_difference(target.tokens, draft.tokens)
+    if first is not None:
+        return Compatibility(
+            False,
+            f"token {first} differs: target {target.tokens[first]!r}, draft {draft.tokens[first]!r}",
+        )
+    return Compatibility(True, "vocabularies match")
+
+
+def first_text_difference(a: Sequence[str], b: Sequence[str]) -> Optional[int]:
+    for i in range(CHECK_START_TOKEN_ID, min(len(a), len(b))):
+        if a[i] != b[i]:
+            return i
+    return None
+
+
+def require(target: VocabInfo, draft: VocabInfo) -> None:
+    verdict = check(target, draft)
+    if not verdict:
+        raise IncompatiblePair(f"draft is incompatible with target: {verdict.reason}")

@@ -1,0 +1,1 @@
+"""Model manager: the catalog of pairs, the local library, downloads, GGUF metadata, compatibility and fit."""

@@ -1,0 +1,113 @@
+"""File primitives shared by every fetch and derive step: hashing with progress, atomic writes, and a
+sidecar manifest that makes a finished step instant on re-run.
+
+A finished file ``X`` has a manifest ``X.ok`` (JSON: sha256, size, mtime_ns). A file without a matching
+manifest is never used: it is re-verified (hash) or re-made. Writes go to ``X.part`` and are renamed into
+place only after the checksum matched, so no half file is ever used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from tqdm.auto import tqdm
+
+CHUNK = 1 << 20
+Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
+
+
+class ChecksumError(RuntimeError):
+    pass
+
+
+class DiskFullError(OSError):
+    pass
+
+
+def manifest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".ok")
+
+
+def is_done(path: Path) -> bool:
+    """True when ``path`` exists and its manifest matches its size and mtime (no hashing: instant)."""
+    mpath = manifest_path(path)
+    if not (path.exists() and mpath.exists()):
+        return False
+    try:
+        meta = json.loads(mpath.read_text())
+    except (OSError, ValueError):
+        return False
+    st = path.stat()
+    return meta.get("size") == st.st_size and meta.get("mtime_ns") == st.st_mtime_ns
+
+
+def recorded_sha256(path: Path) -> Optional[str]:
+    try:
+        return json.loads(manifest_path(path).read_text()).get("sha256")
+    except (OSError, ValueError):
+        return None
+
+
+def mark_done(path: Path, sha256: str) -> None:
+    st = path.stat()
+    tmp = manifest_path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    os.replace(tmp, manifest_path(path))
+
+
+def sha256_file(path: Path, label: str = "", progress: Optional[Progress] = None) -> str:
+    h = hashlib.sha256()
+    total = path.stat().st_size
+    with open(path, "rb") as f, ProgressBar(label or f"checking {path.name}", total, progress) as bar:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            bar.update(len(chunk))
+    return h.hexdigest()
+
+
+def check_free_space(directory: Path, needed: int, margin: int = 64 << 20) -> None:
+    free = shutil.disk_usage(directory).free
+    if free < needed + margin:
+        raise DiskFullError(
+            f"not enough disk space in {directory}: need {needed / 1e9:.2f} GB, {free / 1e9:.2f} GB free"
+        )
+
+
+@contextmanager
+def atomic_output(dest: Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``dest``; on success it is renamed to ``dest``, on error removed."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class ProgressBar:
+    """A terminal progress bar (tqdm) that also reports to an optional callback (the UI's)."""
+
+    def __init__(self, label: str, total: int, progress: Optional[Progress] = None):
+        self.total, self.done, self.progress = total, 0, progress
+        self.bar = tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+                        disable=os.environ.get("TANDEM_QUIET") == "1")
+
+    def update(self, n: int) -> None:
+        self.done += n
+        self.bar.update(n)
+        if self.progress:
+            self.progress(self.done, self.total)
+
+    def __enter__(self) -> "ProgressBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()

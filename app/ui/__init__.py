@@ -1,0 +1,1 @@
+"""Gradio front end. It only consumes engine events and model-manager results."""

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Tandem's entry point: ``python launcher.py`` starts the app; ``python launcher.py test`` runs the tests.
+
+This file uses only the standard library. On first run it creates a virtual environment next to it (or at
+``$TANDEM_VENV``), installs Tandem and its dependencies there (building llama-cpp-python for CUDA, Metal or
+the CPU), then re-runs itself inside it. Everything after that lives in ``app.cli``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("TANDEM_VENV", ROOT / ".venv")).resolve()
+BACKEND_FLAGS = {"cuda": "-DGGML_CUDA=on", "metal": "-DGGML_METAL=on", "cpu": ""}
+
+
+def say(message: str) -> None:
+    print(f"[tandem setup] {message}", flush=True)
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def in_venv() -> bool:
+    return Path(sys.prefix).resolve() == VENV
+
+
+def choose_backend() -> tuple[str, str]:
+    """(backend, why): forced by TANDEM_BACKEND, else CUDA if an NVIDIA toolkit is present, Metal on Apple
+    Silicon, CPU otherwise."""
+    forced = os.environ.get("TANDEM_BACKEND", "").strip().lower()
+    if forced:
+        if forced not in BACKEND_FLAGS:
+            sys.exit(f"TANDEM_BACKEND must be one of {', '.join(BACKEND_FLAGS)}, not {forced!r}")
+        return forced, "forced by TANDEM_BACKEND"
+    if shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists():
+        return "cuda", "found the CUDA toolkit (nvcc)"
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        return "metal", "Apple Silicon"
+    if shutil.which("nvidia-smi"):
+        return "cpu", "an NVIDIA driver but no CUDA toolkit (nvcc) to build with: install it for GPU speed"
+    return "cpu", "no GPU toolkit found"
+
+
+def wanted_stamp(extras: str, backend: str) -> str:
+    h = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    h.update(f"|{extras}|{backend}|{os.environ.get('CMAKE_ARGS', '')}|{sys.version_info[:2]}".encode())
+    return h.hexdigest()
+
+
+def ensure_environment(extras: str) -> None:
+    """Create the venv and install what the project needs, unless the stamp says it is already there."""
+    backend, why = choose_backend()
+    stamp_file = VENV / f".tandem-stamp-{extras or 'app'}"
+    stamp = wanted_stamp(extras, backend)
+    satisfied_by = [stamp_file, VENV / ".tandem-stamp-test"] if not extras else [stamp_file]
+    if any(f.exists() and f.read_text() == wanted_stamp(f.name.rsplit("-", 1)[1].replace("app", ""), backend)
+           for f in satisfied_by):
+        return
+    if not venv_python().exists():
+        say(f"creating a virtual environment in {VENV}")
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    env = dict(os.environ)
+    if "CMAKE_ARGS" not in os.environ and BACKEND_FLAGS[backend]:
+        env["CMAKE_ARGS"] = BACKEND_FLAGS[backend]
+    say(f"llama.cpp backend: {backend} ({why}); CMAKE_ARGS={env.get('CMAKE_ARGS', '')!r}")
+    say("installing dependencies (the first llama-cpp-python build takes a few minutes)")
+    pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check"]
+    if backend != "cpu":
+        # pip's wheel cache does not know about CMAKE_ARGS: build the accelerated wheel afresh.
+        subprocess.run(pip + ["--no-cache-dir", "--force-reinstall", "--no-deps", "llama-cpp-python==0.3.36"],
+                       check=True, env=env)
+    target = f"{ROOT}[{extras}]" if extras else str(ROOT)
+    subprocess.run(pip + ["-e", target], check=True, env=env)
+    stamp_file.write_text(stamp)
+    say("environment ready")
+
+
+def main(argv: list[str]) -> int:
+    if sys.version_info < (3, 10):
+        sys.exit("Tandem needs Python 3.10 or newer")
+    if not in_venv():
+        ensure_environment("test" if argv[:1] == ["test"] else "")
+        if os.name == "nt":
+            return subprocess.call([str(venv_python()), str(Path(__file__).resolve()), *argv])
+        os.execv(str(venv_python()), [str(venv_python()), str(Path(__file__).resolve()), *argv])
+    if argv[:1] == ["test"]:
+        ensure_environment("test")  # `test` after the app was set up without the test extras
+    sys.path.insert(0, str(ROOT))
+    from app.cli import main as app_main
+
+    return app_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
