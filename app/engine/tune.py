@@ -1,0 +1,368 @@
+"""The Pair lab sweep: every candidate draft × every K on this machine, against interleaved plain baselines.
+
+Method. Each candidate draft is loaded once. For every prompt (and repeat), a plain run of the target is
+measured, then the candidate's speculative runs (one per K / p_min cell), with a fresh plain baseline before
+every ``BASELINE_EVERY`` speculative runs, so each cell's speedup is taken against a baseline measured close in
+time (background load drifts). Every run starts from a cold cache (``bench.measure``). Per prompt a cell
+records speedup, acceptance, tokens per target pass, per-position acceptance and the measured costs c and v
+with the bound they predict (``stats.leviathan_bound``); a cell's figures are medians over prompts, with the
+min and max as the spread. Pure orchestration: no printing, no UI.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+from app.engine.backend import BackendError, LoadOptions, Model
+from app.engine.bench import Prompt, measure
+from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
+from app.engine.pair import Pair
+from app.engine.sampling import SamplerSettings
+from app.engine.stats import leviathan_bound
+from app.engine.vocab import IncompatiblePair, check
+
+BASELINE_EVERY = 4  # speculative runs between two plain baselines of the same prompt
+QUICK_KS: tuple = (2, 4, 8)
+FULL_KS: tuple = (1, 2, 3, 4, 6, 8, "auto")
+QUICK_MAX_TOKENS, FULL_MAX_TOKENS = 32, 128
+QUICK_PROMPTS = ("code-fib", "chat-plants")
+
+Progress = Callable[[int, int, str, Optional[float]], None]  # done, total, what, eta seconds
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Something that drafts: a GGUF model (``path``) or prompt lookup (``proposer="lookup"``)."""
+    id: str
+    proposer: str = "draft"
+    path: Optional[str] = None
+
+    @classmethod
+    def model(cls, path: Union[str, Path]) -> "Candidate":
+        return cls(id=Path(path).stem, proposer="draft", path=str(path))
+
+
+LOOKUP = Candidate("lookup", "lookup", None)
+
+
+def parse_ks(text: str) -> list:
+    """'1,2,4,8' | '1-12' | 'auto' | '1-4,8,auto' → [1, 2, 3, 4, 8, 'auto'] (sorted, unique, auto last)."""
+    ks: set = set()
+    auto = False
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        if part == "auto":
+            auto = True
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
+        except ValueError:
+            raise ValueError(f"K must be integers, ranges like 1-12, or 'auto'; not {part!r}") from None
+        if a < 1 or b < a:
+            raise ValueError(f"bad K range {part!r}: need 1 <= first <= last")
+        ks.update(range(a, b + 1))
+    if not ks and not auto:
+        raise ValueError("no K values given")
+    return sorted(ks) + (["auto"] if auto else [])
+
+
+def compatible_drafts(target: Model, models_dir: Path,
+                      on_skip: Optional[Callable[[str, str], None]] = None) -> list[Candidate]:
+    """Every ``*.gguf`` under ``models_dir`` (recursively; derived drafts included) that can draft for
+    ``target``, judged by llama.cpp's vocabulary rules. Each file is opened with a tiny context."""
+    target_vocab, found = target.vocab_info(), []
+    for path in sorted(Path(models_dir).rglob("*.gguf")):
+        if path.resolve() == Path(target.path).resolve():
+            continue
+        try:
+            with Model(path, LoadOptions(n_ctx=256, n_batch=32)) as m:
+                verdict = check(target_vocab, m.vocab_info())
+        except BackendError as exc:
+            verdict = type("Bad", (), {"ok": False, "reason": str(exc)})()
+        if verdict.ok:
+            found.append(Candidate.model(path))
+        elif on_skip:
+            on_skip(path.name, verdict.reason)
+    return found
+
+
+def select(candidates: Sequence[Candidate], spec: str) -> list[Candidate]:
+    """Pick candidates by 'all' or a comma list of ids / file names ('lookup' is always known)."""
+    if not spec or spec.strip() == "all":
+        return list(candidates)
+    by_key = {}
+    for c in candidates:
+        by_key.update({c.id: c, Path(c.path).name if c.path else c.id: c})
+    by_key.setdefault("lookup", LOOKUP)
+    chosen = []
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        if name not in by_key:
+            raise ValueError(f"unknown draft {name!r}; candidates: {', '.join(c.id for c in candidates)}")
+        if by_key[name] not in chosen:
+            chosen.append(by_key[name])
+    return chosen
+
+
+@dataclass
+class TuneConfig:
+    candidates: list
+    ks: list
+    prompts: list
+    max_tokens: int = FULL_MAX_TOKENS
+    temperature: float = 0.0
+    seed: int = 0
+    p_mins: tuple = (DEFAULT_P_MIN,)  # swept for K = auto only (a fixed K ignores p_min)
+    k_max: int = DEFAULT_K_MAX
+    rule: str = "rejection"
+    repeats: int = 1
+    warmup: bool = True
+    quick: bool = False
+
+    def gen(self, cand: Optional[Candidate] = None, k=None, p_min: Optional[float] = None) -> GenConfig:
+        """The GenConfig of one cell (``cand=None``: the plain baseline)."""
+        sampler = SamplerSettings(temperature=self.temperature, seed=self.seed)
+        if cand is None:
+            return GenConfig(max_tokens=self.max_tokens, sampler=sampler, speculative=False)
+        return GenConfig(max_tokens=self.max_tokens, sampler=sampler, proposer=cand.proposer, k=k,
+                         k_max=self.k_max, p_min=DEFAULT_P_MIN if p_min is None else p_min,
+                         rule=self.rule).validate()
+
+    def cells(self) -> list[tuple]:
+        """(k, p_min) per cell of one candidate: p_min is None for a fixed K."""
+        return [(k, p) for k in self.ks for p in (self.p_mins if k == "auto" else (None,))]
+
+    def describe(self) -> dict:
+        d = asdict(replace(self, candidates=[], prompts=[]))
+        d["candidates"] = [c.id for c in self.candidates]
+        d["prompts"] = [{"id": p.id, "category": p.category} for p in self.prompts]
+        d["p_mins"] = list(self.p_mins)
+        return d
+
+    def runs_per_candidate(self) -> int:
+        n_spec = len(self.cells())
+        return len(self.prompts) * self.repeats * (n_spec + -(-n_spec // BASELINE_EVERY))
+
+    def total_runs(self) -> int:
+        """Measured runs (plain baselines included, warm-ups not) of the whole sweep."""
+        return len(self.candidates) * self.runs_per_candidate()
+
+
+@dataclass
+class _Clock:
+    total: int
+    progress: Optional[Progress]
+    done: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+
+    def tick(self, what: str) -> None:
+        self.done += 1
+        if self.progress:
+            elapsed = time.perf_counter() - self.t0
+            eta = elapsed / self.done * (self.total - self.done) if self.done else None
+            self.progress(self.done, self.total, what, eta)
+
+
+def _median(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def pool(stats: Sequence[dict]) -> dict:
+    """Pool run stats (``Stats.summary`` dicts): counters summed, rates recomputed from the sums."""
+    keys = ("drafted", "accepted", "rejections", "spec_steps", "steps", "tokens", "t_draft", "t_verify_spec")
+    s = {k: sum(st.get(k, 0) for st in stats) for k in keys}
+    trials = s["accepted"] + s["rejections"]
+    s["alpha"] = s["accepted"] / trials if trials else 0.0
+    s["acceptance_rate"] = s["accepted"] / s["drafted"] if s["drafted"] else 0.0
+    s["mean_accepted"] = s["tokens"] / s["steps"] if s["steps"] else 0.0
+    s["mean_k"] = s["drafted"] / s["spec_steps"] if s["spec_steps"] else 0.0
+    tested, accepted = _sum_lists(st.get("tested_at", []) for st in stats), \
+        _sum_lists(st.get("accepted_at", []) for st in stats)
+    s["tested_at"], s["accepted_at"] = tested, accepted
+    s["per_position"] = [a / t if t else 0.0 for a, t in zip(accepted + [0] * len(tested), tested)]
+    return s
+
+
+def _sum_lists(lists) -> list:
+    out: list = []
+    for values in lists:
+        out.extend([0] * (len(values) - len(out)))
+        for i, n in enumerate(values):
+            out[i] += n
+    return out
+
+
+def costs(s: dict, baseline_tps: Optional[float]) -> tuple:
+    """(c, v, bound) from pooled stats and the plain tokens/s: c = draft cost per token and v = verify cost
+    per pass, both in plain target steps; bound = Leviathan et al.'s predicted speedup with v."""
+    if not baseline_tps or not s["drafted"] or not s["spec_steps"]:
+        return None, None, None
+    t_target = 1.0 / baseline_tps
+    c = s["t_draft"] / s["drafted"] / t_target
+    v = s["t_verify_spec"] / s["spec_steps"] / t_target
+    return c, v, leviathan_bound(s["alpha"], s["mean_k"], c, v)
+
+
+def _prompt_entry(prompt: Prompt, runs: list[tuple[dict, float]]) -> dict:
+    """One prompt's figures for one cell from its (spec stats, paired baseline tokens/s) runs."""
+    speedups = [st["tokens_per_s"] / base for st, base in runs if base]
+    base = _median(b for _, b in runs)
+    s = pool([st for st, _ in runs])
+    c, v, bound = costs(s, base)
+    return {"id": prompt.id, "category": prompt.category, "speedup": _median(speedups),
+            "tps": _median(st["tokens_per_s"] for st, _ in runs), "baseline_tps": base,
+            "acceptance_rate": s["acceptance_rate"], "mean_accepted": s["mean_accepted"], "alpha": s["alpha"],
+            "mean_k": s["mean_k"], "c": c, "v": v, "bound": bound, "_sums": s}
+
+
+def cell_summary(cand: Candidate, k, p_min, per_prompt: list[dict], n_prompts: int) -> dict:
+    """A cell: medians over prompts (spread = min/max of the per-prompt speedups), pooled per-position."""
+    speedups = [p["speedup"] for p in per_prompt if p["speedup"] is not None]
+    pooled = pool([p["_sums"] for p in per_prompt])
+    med = lambda key: _median(p[key] for p in per_prompt)  # noqa: E731
+    return {
+        "draft": cand.id, "proposer": cand.proposer, "draft_path": cand.path, "k": k, "p_min": p_min,
+        "speedup": med("speedup"), "speedup_min": min(speedups) if speedups else None,
+        "speedup_max": max(speedups) if speedups else None,
+        "acceptance_rate": med("acceptance_rate"), "mean_accepted": med("mean_accepted"), "alpha": med("alpha"),
+        "mean_k": med("mean_k"), "c": med("c"), "v": med("v"), "bound": med("bound"),
+        "tps": med("tps"), "baseline_tps": med("baseline_tps"), "per_position": pooled["per_position"],
+        "prompts": len(per_prompt), "complete": len(per_prompt) == n_prompts,
+        "per_prompt": [{k2: v2 for k2, v2 in p.items() if k2 != "_sums"} for p in per_prompt],
+    }
+
+
+def best_cell(cells: Sequence[dict], category: Optional[str] = None) -> Optional[dict]:
+    """The cell with the highest median speedup (over the prompts of ``category`` when given)."""
+    scored = []
+    for cell in cells:
+        rows = [p for p in cell["per_prompt"] if category in (None, "all") or p["category"] == category]
+        speedups = [p["speedup"] for p in rows if p["speedup"] is not None]
+        if speedups:
+            scored.append((statistics.median(speedups), min(speedups), max(speedups), cell))
+    if not scored:
+        return None
+    med, lo, hi, cell = max(scored, key=lambda t: t[0])
+    return {"draft": cell["draft"], "proposer": cell["proposer"], "draft_path": cell["draft_path"],
+            "k": cell["k"], "p_min": cell["p_min"], "speedup": med, "speedup_min": lo, "speedup_max": hi,
+            "bound": cell["bound"], "category": category or "all", "beats_plain": med > 1.0}
+
+
+def recommend(cells: Sequence[dict], categories: Sequence[str]) -> dict:
+    """Best (draft, K, p_min) overall ('all') and per prompt category."""
+    out = {"all": best_cell(cells)}
+    for cat in dict.fromkeys(categories):
+        out[cat] = best_cell(cells, cat)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class _DraftSlot:
+    """Loads each candidate draft into the pair once; puts the pair's own draft back at the end."""
+
+    def __init__(self, pair: Pair):
+        self.pair = pair
+        self.original = str(pair.draft.path) if pair.draft is not None else None
+
+    def use(self, cand: Candidate) -> None:
+        if cand.proposer != "draft":
+            return
+        current = self.pair.draft
+        if current is not None and Path(current.path).resolve() == Path(cand.path).resolve():
+            return
+        self.pair.set_draft(self._load(cand.path))
+
+    def _load(self, path: str) -> Model:
+        t = self.pair.target
+        return Model(path, LoadOptions(n_ctx=t.n_ctx, n_gpu_layers=-1, n_threads=t.n_threads, n_batch=t.n_batch))
+
+    def restore(self) -> None:
+        current = str(self.pair.draft.path) if self.pair.draft is not None else None
+        if current == self.original:
+            return
+        self.pair.set_draft(self._load(self.original) if self.original else None)
+
+
+def order_candidates(pair: Pair, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The pair's loaded draft first (no reload), then lookup, then the others."""
+    loaded = str(Path(pair.draft.path).resolve()) if pair.draft is not None else None
+    key = lambda c: (0 if c.path and str(Path(c.path).resolve()) == loaded else 1 if c.proposer == "lookup" else 2)  # noqa: E731
+    return sorted(candidates, key=key)
+
+
+def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
+          cancel: Optional[threading.Event] = None) -> dict:
+    """Run the sweep; returns ``{"cells", "best", "recommendations", "partial", …}`` (partial when cancelled;
+    cells then hold only what was measured). The pair's own draft is restored afterwards."""
+    started = time.time()
+    prompts = [(p, p.tokens(pair)) for p in cfg.prompts]
+    clock = _Clock(cfg.total_runs(), progress)
+    cancelled = lambda: cancel is not None and cancel.is_set()  # noqa: E731
+    slot, errors = _DraftSlot(pair), []
+    records: dict = {}  # (cand.id, k, p_min) -> {prompt id: [(stats, baseline)]}
+    baselines: dict = {p.id: [] for p, _ in prompts}
+    candidates = order_candidates(pair, cfg.candidates)
+    partial = False
+    try:
+        if cfg.warmup and prompts and not cancelled():
+            measure(pair, prompts[0][1], replace(cfg.gen(), max_tokens=min(16, cfg.max_tokens)))
+        for cand in candidates:
+            if cancelled():
+                partial = True
+                break
+            try:
+                slot.use(cand)
+            except (IncompatiblePair, BackendError, ValueError) as exc:
+                errors.append({"draft": cand.id, "error": str(exc)})
+                clock.total -= cfg.runs_per_candidate()
+                continue
+            if cfg.warmup and prompts:
+                k0, p0 = cfg.cells()[0]
+                measure(pair, prompts[0][1], replace(cfg.gen(cand, k0, p0), max_tokens=min(16, cfg.max_tokens)))
+            for rep in range(cfg.repeats):
+                for prompt, tokens in prompts:
+                    cells = cfg.cells() if rep % 2 == 0 else cfg.cells()[::-1]
+                    base = None
+                    for i, (k, p_min) in enumerate(cells):
+                        if i % BASELINE_EVERY == 0:
+                            if cancelled():
+                                raise _Cancelled
+                            base = measure(pair, tokens, cfg.gen()).tps
+                            baselines[prompt.id].append(base)
+                            clock.tick(f"{prompt.id} plain")
+                        if cancelled():
+                            raise _Cancelled
+                        run = measure(pair, tokens, cfg.gen(cand, k, p_min))
+                        records.setdefault((cand, k, p_min), {}).setdefault(prompt.id, []).append(
+                            (run.stats, base))
+                        clock.tick(f"{prompt.id} {cand.id} K={k}")
+    except _Cancelled:
+        partial = True
+    finally:
+        slot.restore()
+    by_id = {p.id: p for p, _ in prompts}
+    cells = []
+    for (cand, k, p_min), per in records.items():
+        entries = [_prompt_entry(by_id[pid], runs) for pid, runs in per.items()]
+        cells.append(cell_summary(cand, k, p_min, entries, len(prompts)))
+    recs = recommend(cells, [p.category for p, _ in prompts])
+    best = recs.get("all")
+    return {
+        "cells": cells, "best": best, "recommendations": recs, "partial": partial, "errors": errors,
+        "baselines": [{"prompt": pid, "tps": tps} for pid, tps in baselines.items()],
+        "baseline_tps": _median(t for tps in baselines.values() for t in tps),
+        "target": str(pair.target.path.name), "config": cfg.describe(),
+        "runs_done": clock.done, "runs_total": clock.total,
+        "started_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+    }
+
+
+class _Cancelled(Exception):
+    pass
