@@ -1,0 +1,165 @@
+"""Memory estimates and GPU-layer plans for a target/draft pair: pure functions on plain data.
+
+Where the formulas come from:
+
+* **Weights** are the GGUF's tensor bytes (the file size when only the catalog is known). llama.cpp offloads
+  ``n_layers + 1`` units with ``-ngl`` (the repeating blocks plus the output head), so one unit is taken as
+  ``weights // (n_layers + 1)``.
+* **KV cache** as llama.cpp's ``llama_kv_cache`` allocates it: for every layer, ``cells × n_head_kv ×
+  (head_dim_k + head_dim_v)`` elements of the cache type (f16: 2 bytes; q8_0: 34 bytes per 32; q4_0: 18 per
+  32). ``cells`` is the context, except that sliding-window layers (Gemma 2/3) keep only
+  ``min(ctx, window + n_ubatch)`` cells (the SWA cache with ``swa_full`` off).
+* **Compute buffer**: ``n_ubatch × (n_vocab + 4 × n_embd) × 4`` bytes, the F32 logits of one micro-batch plus
+  its activations, assuming flash attention (no ``ctx × n_ubatch`` attention matrix). This is an approximation
+  of the buffers llama.cpp logs (within a few tens of percent), not their exact graph allocation.
+* **GPU reserve**: 1 GiB per GPU is kept free for the driver context and fragmentation, like the default
+  margin of llama.cpp's ``--fit`` and KoboldCpp's reserve.
+
+The plan puts the draft on the GPU first (fully offloaded, llama.cpp's ``-ngld 99`` advice), then as many
+target units as fit; what is not on a GPU is in RAM. On unified memory (Apple silicon, integrated GPUs) the
+GPU's bytes come out of RAM too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+GIB = 1 << 30
+GPU_RESERVE = GIB
+CACHE_TYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
+                    "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32)}  # (bytes, per elements)
+FITS = ("gpu", "partial", "cpu", "no")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The figures of one model that memory depends on (from its GGUF header or the catalog)."""
+
+    name: str
+    weights: int
+    n_layers: int
+    n_embd: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    n_vocab: int
+    swa_window: int = 0
+    swa_layers: int = 0
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    total: int
+    free: int
+    kind: str = "gpu"  # "gpu" (dedicated memory) or "igpu" (host memory)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpu_cores: int
+    ram_total: int
+    ram_available: int
+    gpus: tuple[Device, ...] = ()
+    unified: bool = False  # GPU memory is system memory (Apple silicon, integrated GPUs)
+    source: str = "detected"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Settings:
+    ctx: int = 4096
+    ctx_draft: Optional[int] = None  # default: the same as ctx
+    cache_type: str = "f16"
+    n_ubatch: int = 512
+
+
+@dataclass(frozen=True)
+class Parts:
+    weights: int
+    kv: int
+    compute: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute
+
+
+@dataclass(frozen=True)
+class Plan:
+    fit: str  # one of FITS
+    target_gpu_layers: int
+    draft_gpu_layers: int
+    gpu_bytes: int
+    ram_bytes: int
+    total_bytes: int
+    target: Parts
+    draft: Parts
+    reason: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["target"]["total"], d["draft"]["total"] = self.target.total, self.draft.total
+        return d
+
+
+def kv_bytes(m: ModelShape, ctx: int, cache_type: str = "f16", n_ubatch: int = 512) -> int:
+    """Bytes of the KV cache at context ``ctx`` (see the module docstring)."""
+    num, per = CACHE_TYPE_BYTES[cache_type]
+    swa = min(m.swa_layers, m.n_layers) if m.swa_window else 0
+    swa_cells = min(ctx, m.swa_window + n_ubatch)
+    cells = (m.n_layers - swa) * ctx + swa * swa_cells
+    elements = cells * m.n_head_kv * (m.head_dim_k + m.head_dim_v)
+    return elements * num // per
+
+
+def compute_bytes(m: ModelShape, n_ubatch: int = 512) -> int:
+    return n_ubatch * (m.n_vocab + 4 * m.n_embd) * 4
+
+
+def parts(m: ModelShape, ctx: int, s: Settings = Settings()) -> Parts:
+    return Parts(m.weights, kv_bytes(m, ctx, s.cache_type, s.n_ubatch), compute_bytes(m, s.n_ubatch))
+
+
+def plan(target: ModelShape, draft: ModelShape, machine: Machine, s: Settings = Settings()) -> Plan:
+    """Where the pair goes on ``machine``: draft on the GPU first, then as many target units as fit."""
+    t, d = parts(target, s.ctx, s), parts(draft, s.ctx_draft or s.ctx, s)
+    budget = sum(max(0, g.free - GPU_RESERVE) for g in machine.gpus)
+    units_t, units_d = target.n_layers + 1, draft.n_layers + 1
+    draft_on_gpu = bool(machine.gpus) and d.total <= budget
+    gpu_d = d.total if draft_on_gpu else 0
+    left = budget - gpu_d
+    if machine.gpus and t.total <= left:
+        layers_t, gpu_t = units_t, t.total
+    else:
+        per_unit = target.weights // units_t + t.kv // max(1, target.n_layers)
+        layers_t = max(0, min(target.n_layers, (left - t.compute) // per_unit)) if machine.gpus and per_unit else 0
+        gpu_t = layers_t * per_unit + (t.compute if layers_t else 0)
+    gpu = gpu_t + gpu_d
+    total = t.total + d.total
+    # The host keeps what is not offloaded, and a compute buffer of its own when the target is split.
+    host = total - gpu + (t.compute if 0 < layers_t < units_t else 0)
+    ram_needed = host + (gpu if machine.unified else 0)
+    if ram_needed > machine.ram_available:
+        fit = "no"
+        reason = (f"needs {_gib(ram_needed)} of RAM" + (f" beside {_gib(gpu)} on the GPU" if gpu and not
+                  machine.unified else "") + f"; {_gib(machine.ram_available)} available")
+    elif draft_on_gpu and layers_t == units_t:
+        fit, reason = "gpu", f"everything on the GPU: {_gib(gpu)} of {_gib(budget)} usable"
+    elif gpu:
+        fit = "partial"
+        reason = (f"draft {'on the GPU' if draft_on_gpu else 'in RAM'}, {layers_t}/{units_t} target layers "
+                  f"on the GPU ({_gib(gpu)}), {_gib(host)} in RAM")
+    else:
+        fit = "cpu"
+        reason = f"CPU only: {_gib(host)} in RAM" + ("" if machine.gpus else " (no GPU)")
+    return Plan(fit, layers_t, units_d if draft_on_gpu else 0, gpu, host, total, t, d, reason)
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
