@@ -97,11 +97,11 @@ class Model:
             L.llama_model_free(self.model)
             raise BackendError(f"could not create a context for {self.path.name} (n_ctx={cparams.n_ctx})")
         self.n_ctx = L.llama_n_ctx(self.ctx)
-        self.n_batch = options.n_batch
+        self.n_batch = min(L.llama_n_batch(self.ctx), L.llama_n_ubatch(self.ctx))  # llama.cpp may clamp
         self.n_threads = threads
         self.mem = L.llama_get_memory(self.ctx)
         self.recurrent = bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))
-        self._batch = L.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
         self._piece = ctypes.create_string_buffer(256)
         self.cached: list[int] = []  # the tokens in the KV cache, in order
         self._closed = False
