@@ -1,15 +1,26 @@
 """The one place UI state lives (no module-level globals holding components or models).
 
-Owned by the UI; tabs receive the AppState instance in ``build(state)``.
+Owned by the UI; tabs receive the AppState instance in ``build(state)``. It holds the loaded pair and how it
+was loaded, the generation lock (one generation at a time per loaded pair), per-session stop switches, the
+session's comparison history and the plain-decoding baselines (persisted under ``paths.home()``).
 """
 
 from __future__ import annotations
 
+import json
+import platform
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional
 
+from app import paths
+from app.engine.backend import BackendError, LoadOptions, active_backend
 from app.engine.pair import Pair
+
+BASELINE_FILE = "baselines.json"
+Progress = Callable[[float, str], None]  # (fraction 0..1, description)
 
 
 @dataclass
@@ -20,7 +31,147 @@ class AppState:
     draft_path: Optional[str] = None
     defaults: dict[str, Any] = field(default_factory=dict)  # generation settings (tuned ones land here)
     generation_lock: threading.Lock = field(default_factory=threading.Lock)
+    target_options: LoadOptions = field(default_factory=lambda: LoadOptions(n_ctx=4096, n_gpu_layers=-1))
+    draft_options: Optional[LoadOptions] = None
+    load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
+    compare_history: list[dict] = field(default_factory=list)
+    _stops: dict[str, threading.Event] = field(default_factory=dict)
+    _busy_since: Optional[float] = None
+    _switch_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply_defaults(self, settings: dict[str, Any]) -> None:
         """Make ``settings`` (k, p_min, proposer, draft, …) the defaults of Chat and Compare."""
         self.defaults.update(settings)
+
+    # --- generation slots ------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self.generation_lock.locked()
+
+    def stop_event(self, session: str) -> threading.Event:
+        """A fresh stop switch for ``session``'s next generation."""
+        ev = threading.Event()
+        self._stops[session] = ev
+        return ev
+
+    def request_stop(self, session: str) -> bool:
+        ev = self._stops.get(session)
+        if ev is None:
+            return False
+        ev.set()
+        return True
+
+    # --- the pair --------------------------------------------------------------------------------------
+
+    def describe_pair(self) -> dict:
+        """Facts about the loaded pair for the UI (no engine objects)."""
+        if self.pair is None:
+            return {"loaded": False, "error": self.load_error}
+        t, d = self.pair.target, self.pair.draft
+        info = {
+            "loaded": True, "pair_id": self.pair_id, "backend": backend_name(),
+            "target": _model_facts(t, self.target_options.n_gpu_layers),
+            "draft": _model_facts(d, (self.draft_options or LoadOptions(n_gpu_layers=-1)).n_gpu_layers)
+            if d is not None else None,
+            "n_ctx": t.n_ctx, "threads": t.n_threads, "error": self.load_error,
+        }
+        return info
+
+    def load(self, target_path: str | Path, draft_path: Optional[str | Path], target_options: LoadOptions,
+             draft_options: Optional[LoadOptions] = None, pair_id: Optional[str] = None,
+             progress: Optional[Progress] = None) -> None:
+        """Switch to a new pair. Waits for a running generation; on failure the previous pair stays loaded
+        (and working) and the error propagates with its reason."""
+        say = progress or (lambda f, d: None)
+        with self._switch_lock:
+            say(0.05, "waiting for the running generation to finish")
+            with self.generation_lock:
+                old = self.pair
+                say(0.2, f"loading {Path(target_path).name}" + (f" + {Path(draft_path).name}" if draft_path else ""))
+                try:
+                    new = Pair.load(target_path, draft_path, target_options, draft_options)
+                except BackendError:
+                    if old is None:
+                        raise
+                    # Perhaps both pairs do not fit in memory: free the old one and try again; restore it on failure.
+                    say(0.4, "not enough room beside the current pair; unloading it and retrying")
+                    old.close()
+                    self.pair = None
+                    try:
+                        new = Pair.load(target_path, draft_path, target_options, draft_options)
+                    except BaseException:
+                        say(0.7, "restoring the previous pair")
+                        self.pair = Pair.load(self.target_path, self.draft_path, self.target_options,
+                                              self.draft_options)
+                        raise
+                    old = None
+                say(0.9, "freeing the previous pair")
+                if old is not None:
+                    old.close()
+                self.pair, self.pair_id = new, pair_id
+                self.target_path = str(target_path)
+                self.draft_path = str(draft_path) if draft_path else None
+                self.target_options, self.draft_options = target_options, draft_options
+                self.load_error = None
+                say(1.0, "loaded")
+
+    def unload(self) -> None:
+        with self._switch_lock, self.generation_lock:
+            if self.pair is not None:
+                self.pair.close()
+            self.pair = None
+
+    # --- baselines ---------------------------------------------------------------------------------------
+
+    def baseline_key(self) -> Optional[str]:
+        """Baselines are per target file, load options and machine."""
+        if self.pair is None:
+            return None
+        t = self.pair.target
+        o = self.target_options
+        return (f"{t.path.name}|{t.size_bytes}|ngl={o.n_gpu_layers}|threads={t.n_threads}|ctx={t.n_ctx}|"
+                f"{backend_name()}|{platform.node()}|{platform.machine()}")
+
+    def baseline(self) -> Optional[dict]:
+        key = self.baseline_key()
+        return _read_baselines().get(key) if key else None
+
+    def baseline_tps(self) -> Optional[float]:
+        b = self.baseline()
+        return float(b["tps"]) if b else None
+
+    def save_baseline(self, tps: float, tokens: int) -> dict:
+        key = self.baseline_key()
+        if key is None:
+            raise RuntimeError("no pair is loaded")
+        entry = {"tps": tps, "tokens": tokens, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+                 "target": self.pair.target.path.name, "backend": backend_name()}
+        data = _read_baselines()
+        data[key] = entry
+        path = paths.home() / BASELINE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        tmp.replace(path)
+        return entry
+
+
+def backend_name() -> str:
+    try:
+        return active_backend()
+    except Exception:  # pragma: no cover - reporting only
+        return "unknown"
+
+
+def _model_facts(model, n_gpu_layers: int) -> dict:
+    return {"file": model.path.name, "desc": model.describe(), "size_bytes": model.size_bytes,
+            "n_params": model.n_params, "n_ctx": model.n_ctx, "n_gpu_layers": n_gpu_layers}
+
+
+def _read_baselines() -> dict:
+    path = paths.home() / BASELINE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,43 @@
+"""The plain-decoding baseline of the loaded pair on this machine (for the live speedup and bound)."""
+
+from __future__ import annotations
+
+import statistics
+
+from app.engine.bench import measure
+from app.engine.loop import GenConfig
+from app.engine.sampling import SamplerSettings
+from app.ui.state import AppState
+
+PROMPT = [{"role": "user", "content": "Explain in a few paragraphs how a lighthouse keeper spent a stormy night."}]
+
+
+def measure_baseline(state: AppState, tokens: int = 64, repeats: int = 2) -> dict:
+    """Median plain tokens/s over ``repeats`` cold-cache runs after a short warm-up; stored per pair+machine."""
+    with state.generation_lock:
+        pair = state.pair
+        if pair is None:
+            raise RuntimeError("no pair is loaded")
+        ids = pair.chat_prompt(PROMPT)
+        greedy = SamplerSettings(temperature=0.0)
+        measure(pair, ids, GenConfig(max_tokens=8, sampler=greedy, speculative=False))  # warm-up
+        runs = [measure(pair, ids, GenConfig(max_tokens=tokens, sampler=greedy, speculative=False))
+                for _ in range(repeats)]
+        tps = statistics.median(r.tps for r in runs)
+        n = int(statistics.median(len(r.tokens) for r in runs))
+        pair.reset()
+        return state.save_baseline(tps, n)
+
+
+def warm_up(state: AppState, tokens: int = 8) -> None:
+    """A few tokens of plain and speculative decoding, so the first timed run is not a cold one."""
+    with state.generation_lock:
+        pair = state.pair
+        if pair is None:
+            return
+        ids = pair.chat_prompt([{"role": "user", "content": "Hello"}])
+        greedy = SamplerSettings(temperature=0.0)
+        for spec in (False, True):
+            proposer = "draft" if pair.draft is not None else "lookup"
+            measure(pair, ids, GenConfig(max_tokens=tokens, sampler=greedy, speculative=spec, proposer=proposer))
+        pair.reset()

@@ -1,0 +1,195 @@
+"""Pair settings: choose target and draft, check compatibility, set offload/context/threads, load."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Optional
+
+import gradio as gr
+
+from app import paths
+from app.engine.backend import LoadOptions
+from app.engine.vocab import GGUF_TOKENIZER_MODELS, VocabInfo, check
+from app.ui import panel
+from app.ui.baseline import warm_up
+from app.ui.runner import describe_error
+from app.ui.state import AppState, backend_name
+
+NO_DRAFT = "(none: prompt lookup only)"
+CTX_CHOICES = [512, 1024, 2048, 4096, 8192, 16384, 32768]
+
+
+def installed_models() -> dict[str, str]:
+    """{label: path} of the GGUF models on disk (the model library's list when it is available)."""
+    found: dict[str, str] = {}
+    try:  # the model manager's library, if present
+        from app.models import library  # type: ignore
+
+        for fn_name in ("installed", "list_installed", "installed_models"):
+            fn = getattr(library, fn_name, None)
+            if callable(fn):
+                for item in fn():
+                    p = Path(getattr(item, "path", item))
+                    if p.suffix == ".gguf" and p.is_file():
+                        found[p.name] = str(p)
+                break
+    except Exception:
+        pass
+    root = paths.models_dir()
+    for p in sorted(root.rglob("*.gguf")):
+        if ".part" not in p.name and p.is_file():
+            found.setdefault(str(p.relative_to(root)), str(p))
+    return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
+
+
+def catalog_pairs() -> dict[str, tuple[str, str, str]]:
+    """{label: (pair id, target file, draft file)} for catalog pairs."""
+    try:
+        from app.models.catalog import load
+
+        cat = load()
+        return {f"{p.name} ({p.id})": (p.id, cat.models[p.target].file, cat.models[p.draft].file)
+                for p in cat.pairs.values() if p.target in cat.models and p.draft in cat.models}
+    except Exception:
+        return {}
+
+
+@functools.lru_cache(maxsize=16)
+def _vocab(path: str, mtime: float) -> VocabInfo:
+    import gguf
+
+    fields = gguf.GGUFReader(path).fields
+
+    def val(key, default=None):
+        f = fields.get(key)
+        return default if f is None else f.contents()
+
+    vtype = GGUF_TOKENIZER_MODELS.get(str(val("tokenizer.ggml.model", "none")), "unknown")
+    tokens = list(val("tokenizer.ggml.tokens", []) or [])
+    return VocabInfo(vocab_type=vtype, n_vocab=len(tokens), bos_id=int(val("tokenizer.ggml.bos_token_id", -1)),
+                     eos_id=int(val("tokenizer.ggml.eos_token_id", -1)),
+                     add_bos=bool(val("tokenizer.ggml.add_bos_token", vtype == "spm")),
+                     add_eos=bool(val("tokenizer.ggml.add_eos_token", False)), tokens=tokens)
+
+
+def verdict(target: Optional[str], draft: Optional[str]) -> tuple[bool, str]:
+    """(ok, message) judged from the GGUF metadata, the way llama.cpp judges a loaded pair."""
+    if not target:
+        return False, "Choose a target model."
+    if not draft:
+        return True, "No draft model: only the prompt-lookup proposer can speculate."
+    try:
+        t = _vocab(target, os.path.getmtime(target))
+        d = _vocab(draft, os.path.getmtime(draft))
+    except Exception as exc:
+        return True, f"Could not read the vocabularies ({describe_error(exc)}); they are checked on load."
+    c = check(t, d)
+    return (True, "Compatible: the vocabularies match.") if c.ok else (False, f"Refused: {c.reason}")
+
+
+def info_html(state: AppState) -> str:
+    info = state.describe_pair()
+    if not info["loaded"]:
+        msg = info.get("error") or "No pair loaded."
+        return panel.status_html(msg, "error" if info.get("error") else "info") + \
+            f'<div class="tdm-note">Backend: {panel.esc(backend_name())}</div>'
+    rows = [("Backend", info["backend"]), ("Pair", info.get("pair_id") or "custom"),
+            ("Context", f"{info['n_ctx']} tokens"), ("Threads", str(info["threads"]))]
+    for role in ("target", "draft"):
+        m = info.get(role)
+        if m:
+            gpu = "all" if m["n_gpu_layers"] < 0 else str(m["n_gpu_layers"])
+            rows.append((role.capitalize(), f"{m['file']} · {m['desc']} · {m['n_params'] / 1e6:.0f}M params · "
+                                            f"{m['size_bytes'] / 2**20:.0f} MiB · GPU layers: {gpu}"))
+        else:
+            rows.append((role.capitalize(), "none"))
+    body = "".join(f"<tr><td><b>{panel.esc(k)}</b></td><td>{panel.esc(v)}</td></tr>" for k, v in rows)
+    err = panel.status_html(f"Last load failed: {info['error']}", "error") if info.get("error") else ""
+    return f'{err}<table class="tdm-pairinfo">{body}</table>'
+
+
+def _label_for(path: Optional[str], models: dict[str, str]) -> Optional[str]:
+    if not path:
+        return None
+    return next((k for k, v in models.items() if Path(v) == Path(path)), None)
+
+
+def build(state: AppState) -> None:
+    models = installed_models()
+    pairs = catalog_pairs()
+    with gr.Row():
+        preset = gr.Dropdown(choices=list(pairs), value=None, label="Catalog pair", scale=3,
+                             info="Fill target and draft from a catalog pair (installed models only).")
+        refresh = gr.Button("Rescan models", size="sm", scale=1)
+    with gr.Row():
+        target = gr.Dropdown(choices=list(models), value=_label_for(state.target_path, models), label="Target",
+                             info="The model whose output you get.", elem_id="tdm-target")
+        draft = gr.Dropdown(choices=[NO_DRAFT, *models], value=_label_for(state.draft_path, models) or NO_DRAFT,
+                            label="Draft", info="A small model with the same tokenizer.", elem_id="tdm-draft")
+    compat = gr.HTML("", elem_id="tdm-verdict")
+    with gr.Row():
+        t_ngl = gr.Number(value=state.target_options.n_gpu_layers, precision=0, label="Target GPU layers",
+                          info="-1 = all layers on the GPU; 0 = CPU only.")
+        d_ngl = gr.Number(value=(state.draft_options.n_gpu_layers if state.draft_options else -1), precision=0,
+                          label="Draft GPU layers", info="Defaults to full offload (-1).")
+        ctx = gr.Dropdown(choices=CTX_CHOICES, value=state.target_options.n_ctx or 4096, label="Context size",
+                          allow_custom_value=True, info="Tokens of prompt + reply the pair can hold.")
+        threads = gr.Number(value=state.target_options.n_threads, precision=0, label="Threads",
+                            info="CPU threads; 0 = all physical cores.")
+    load_btn = gr.Button("Load pair", variant="primary", elem_id="tdm-load")
+    status = gr.HTML("")
+    info = gr.HTML(info_html(state), elem_id="tdm-pairinfo")
+
+    def on_preset(label):
+        if label not in pairs:
+            return gr.update(), gr.update()
+        _, tfile, dfile = pairs[label]
+        current = installed_models()
+        t = next((k for k, v in current.items() if Path(v).name == tfile), None)
+        d = next((k for k, v in current.items() if Path(v).name == dfile), None)
+        if t is None or d is None:
+            gr.Warning(f"{label}: not installed yet (use the Models tab or `launcher.py setup`).")
+            return gr.update(), gr.update()
+        return gr.update(value=t), gr.update(value=d)
+
+    def on_choose(t_label, d_label):
+        current = installed_models()
+        ok, msg = verdict(current.get(t_label), current.get(d_label) if d_label != NO_DRAFT else None)
+        return panel.status_html(msg, "ok" if ok else "error")
+
+    def on_refresh():
+        current = installed_models()
+        return gr.update(choices=list(current)), gr.update(choices=[NO_DRAFT, *current])
+
+    def on_load(t_label, d_label, tngl, dngl, n_ctx, n_threads, progress=gr.Progress()):
+        current = installed_models()
+        tpath = current.get(t_label)
+        dpath = current.get(d_label) if d_label and d_label != NO_DRAFT else None
+        if not tpath:
+            return panel.status_html("Choose a target model.", "error"), info_html(state)
+        try:
+            n_ctx = int(n_ctx)
+            topts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=int(tngl or 0), n_threads=int(n_threads or 0))
+            dopts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=int(-1 if dngl is None else dngl),
+                                n_threads=int(n_threads or 0)) if dpath else None
+            preset_id = next((pid for pid, tf, df in pairs.values()
+                              if Path(tpath).name == tf and dpath and Path(dpath).name == df), None)
+            state.load(tpath, dpath, topts, dopts, pair_id=preset_id,
+                       progress=lambda f, d: progress(f, desc=d))
+            progress(0.95, desc="warming up")
+            warm_up(state)
+        except Exception as exc:  # the previous pair stays loaded
+            state.load_error = describe_error(exc)
+            kept = " The previous pair is still loaded." if state.pair is not None else ""
+            return panel.status_html(f"Could not load: {state.load_error}.{kept}", "error"), info_html(state)
+        return panel.status_html("Loaded.", "ok"), info_html(state)
+
+    preset.change(on_preset, [preset], [target, draft], api_visibility="private")
+    target.change(on_choose, [target, draft], [compat], api_visibility="private")
+    draft.change(on_choose, [target, draft], [compat], api_visibility="private")
+    refresh.click(on_refresh, None, [target, draft], api_visibility="private")
+    load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads], [status, info],
+                   api_visibility="private", concurrency_id="load", concurrency_limit=1)
+    return info

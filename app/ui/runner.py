@@ -1,0 +1,163 @@
+"""Runs generations for the UI: the engine's event stream, consumed in a worker thread, summarised live.
+
+The worker holds ``AppState.generation_lock`` (one generation at a time per loaded pair) and feeds a queue;
+the Gradio handler drains it and yields a :class:`Live` snapshot a few times a second. If the handler is
+cancelled or its client goes away, the stop switch is set, so the worker ends within one speculative step
+and releases the lock itself.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Sequence
+
+from app.engine.events import DoneEvent, StepEvent, TokenEvent
+from app.engine.loop import GenConfig
+from app.engine.pair import Pair
+from app.engine.stats import Stats
+from app.ui.state import AppState
+
+_START, _END = "start", "end"
+
+
+@dataclass
+class Live:
+    """What one generation looks like so far."""
+
+    speculative: bool
+    baseline_tps: Optional[float] = None
+    tokens: list = field(default_factory=list)  # TokenEvents
+    stats: Stats = field(default_factory=Stats)
+    done: Optional[DoneEvent] = None
+    error: Optional[str] = None
+    started: Optional[float] = None  # wall time the job began (prefill included)
+    decode_start: Optional[float] = None
+    last: Optional[float] = None  # wall time of the latest step
+
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.tokens)
+
+    @property
+    def running(self) -> bool:
+        return self.started is not None and self.done is None and self.error is None
+
+    @property
+    def elapsed(self) -> float:
+        if self.started is None:
+            return 0.0
+        end = self.last if not self.running else time.perf_counter()
+        return max((end or self.started) - self.started, 0.0)
+
+    def summary(self) -> dict:
+        """The engine's final stats once done; a live estimate before (decode time from wall clock)."""
+        if self.done is not None and self.done.stats:
+            return dict(self.done.stats)
+        if self.decode_start is not None and self.last is not None:
+            self.stats.t_total = max(self.last - self.decode_start, 1e-9)
+        return self.stats.summary(self.baseline_tps)
+
+    def add(self, ev, now: float) -> None:
+        if isinstance(ev, TokenEvent):
+            self.tokens.append(ev)
+        elif isinstance(ev, StepEvent):
+            if self.decode_start is None:
+                self.decode_start = now - (ev.t_draft + ev.t_verify)
+            self.stats.add(ev)
+            self.last = now
+        elif isinstance(ev, DoneEvent):
+            self.done = ev
+            self.last = now
+
+    def as_tokens(self) -> list[dict]:
+        return [{"text": t.text, "kind": t.kind} for t in self.tokens]
+
+
+@dataclass
+class Job:
+    cfg: GenConfig
+    reset: bool = False  # start from a cold KV cache (fair timing in Compare)
+
+
+PromptFn = Callable[[Pair], Sequence[int]]
+
+
+def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threading.Event,
+           interval: float = 0.1) -> Iterator[tuple[str, list[Live]]]:
+    """Yield (status, lives) while the jobs run one after another under the generation lock.
+
+    status is "waiting" (another generation holds the pair), "running" or "done". Errors (prompt past the
+    context, no pair, bad template…) end the run with ``Live.error`` set on the job that failed."""
+    baseline = state.baseline_tps()
+    lives = [Live(speculative=j.cfg.speculative, baseline_tps=baseline) for j in jobs]
+    q: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        with state.generation_lock:
+            q.put((_START, None, None))
+            try:
+                pair = state.pair
+                if pair is None:
+                    raise RuntimeError(state.load_error or "no pair is loaded yet; choose one in Pair settings")
+                tokens = list(prompt(pair))
+                for i, job in enumerate(jobs):
+                    if stop.is_set():
+                        break
+                    if job.reset:
+                        pair.reset()
+                    q.put((_START, i, time.perf_counter()))
+                    for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
+                        q.put((ev, i, time.perf_counter()))
+            except Exception as exc:  # shown to the user; the app keeps running
+                q.put((exc, None, None))
+            finally:
+                q.put((_END, None, None))
+
+    finished = False
+    try:
+        if state.busy:
+            yield "waiting", lives
+        threading.Thread(target=work, name="tandem-generate", daemon=True).start()
+        current, last_yield, status = 0, 0.0, "waiting"
+        while True:
+            try:
+                item, idx, now = q.get(timeout=interval)
+            except queue.Empty:
+                if status == "running":
+                    yield status, lives
+                continue
+            if item == _START:
+                status = "running"
+                if idx is not None:
+                    current = idx
+                    lives[idx].started = now
+                yield status, lives
+                continue
+            if item == _END:
+                break
+            if isinstance(item, Exception):
+                lives[current].error = describe_error(item)
+                continue
+            lives[idx].add(item, now)
+            if time.perf_counter() - last_yield >= interval or isinstance(item, DoneEvent):
+                last_yield = time.perf_counter()
+                yield status, lives
+        finished = True
+        yield "done", lives
+    finally:
+        if not finished:
+            stop.set()  # the client went away or cancelled: let the worker end and free the pair
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line message for the user."""
+    name = type(exc).__name__
+    text = str(exc) or name
+    if name in ("ContextFullError",):
+        return f"Prompt too long: {text}"
+    if name in ("TemplateError", "SettingsError", "ValueError", "RuntimeError", "RollbackError", "BackendError"):
+        return text
+    return f"{name}: {text}"

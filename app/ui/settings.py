@@ -1,0 +1,121 @@
+"""Generation settings as the UI and the API see them: one flat dict, validated, turned into a GenConfig.
+
+Missing keys take the app's defaults (the built-in ones below, overridden by ``AppState.defaults``, where
+the pair lab puts tuned values); unknown keys are an error naming them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
+from app.engine.sampling import SamplerSettings
+
+DEFAULTS: dict[str, Any] = {
+    "speculative": True,  # speculation on/off
+    "proposer": "draft",  # "draft" (the draft model) or "lookup" (prompt lookup)
+    "k": "auto",  # draft length: a positive integer or "auto"
+    "k_max": DEFAULT_K_MAX,
+    "p_min": DEFAULT_P_MIN,
+    "rule": "rejection",
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repeat_penalty": 1.0,
+    "repeat_last_n": 64,
+    "max_tokens": 256,
+    "seed": None,  # None or -1: a fresh seed each run
+    "system": "",  # optional system prompt (chat)
+}
+ALIASES = {"spec": "speculative", "repetition_penalty": "repeat_penalty", "max_new_tokens": "max_tokens"}
+INTS = ("top_k", "repeat_last_n", "max_tokens", "k_max")
+FLOATS = ("temperature", "top_p", "min_p", "repeat_penalty", "p_min")
+
+
+class SettingsError(ValueError):
+    """Bad generation settings; the message names the offending keys or values."""
+
+
+def defaults(overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    out = dict(DEFAULTS)
+    for key, value in (overrides or {}).items():
+        key = ALIASES.get(key, key)
+        if key in DEFAULTS:  # the pair lab may store more than we use (e.g. the draft's name)
+            out[key] = value
+    return out
+
+
+def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """Complete ``settings`` with ``base`` (the app's defaults) and normalise the types.
+
+    Raises SettingsError naming unknown keys or values of the wrong type."""
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise SettingsError(f"settings must be a JSON object, not {type(settings).__name__}")
+    unknown = sorted(k for k in settings if ALIASES.get(k, k) not in DEFAULTS)
+    if unknown:
+        raise SettingsError(f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
+                            f"(known: {', '.join(DEFAULTS)})")
+    out = dict(base) if base is not None else defaults()
+    for key, value in settings.items():
+        out[ALIASES.get(key, key)] = value
+    try:
+        for key in INTS:
+            out[key] = _int(out[key], key)
+        for key in FLOATS:
+            out[key] = float(out[key])
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(str(exc)) from None
+    out["speculative"] = _bool(out["speculative"])
+    k = out["k"]
+    if isinstance(k, str) and k.strip().lower() == "auto":
+        out["k"] = "auto"
+    else:
+        try:
+            out["k"] = _int(k, "k")
+        except ValueError:
+            raise SettingsError(f"k must be a positive integer or 'auto', not {k!r}") from None
+    seed = out["seed"]
+    out["seed"] = None if seed in (None, "", -1, "-1") else _int(seed, "seed")
+    out["proposer"] = str(out["proposer"]).strip().lower()
+    out["system"] = "" if out["system"] is None else str(out["system"])
+    to_config(out)  # validates ranges
+    return out
+
+
+def to_config(s: Mapping[str, Any], speculative: Optional[bool] = None) -> GenConfig:
+    """The engine's GenConfig for resolved settings (``speculative`` overrides the switch)."""
+    sampler = SamplerSettings(temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"],
+                              repeat_penalty=s["repeat_penalty"], repeat_last_n=s["repeat_last_n"], seed=s["seed"])
+    cfg = GenConfig(max_tokens=s["max_tokens"], sampler=sampler,
+                    speculative=s["speculative"] if speculative is None else speculative,
+                    proposer=s["proposer"], k=s["k"], k_max=max(s["k_max"], 1), p_min=s["p_min"], rule=s["rule"])
+    try:
+        return cfg.validate()
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{name} must be an integer, not {value!r}")
+        return int(value)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, not {value!r}") from None
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        if value.strip().lower() in ("on", "true", "yes", "1"):
+            return True
+        if value.strip().lower() in ("off", "false", "no", "0"):
+            return False
+        raise SettingsError(f"speculative must be on/off (true/false), not {value!r}")
+    return bool(value)
