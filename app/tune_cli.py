@@ -1,10 +1,199 @@
-"""``launcher.py tune …``: sweep drafts and K on this machine."""
+"""``launcher.py tune …``: the Pair lab headless — sweep drafts and K on this machine, keep the history."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+from app.bench_cli import _f, reproduce_command
+from app.engine.loop import DEFAULT_P_MIN
+
+
+def _p_mins(text: str) -> tuple:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--p-min takes numbers in [0, 1), comma-separated; not {text!r}") from None
+    if not values or not all(0.0 <= v < 1.0 for v in values):
+        raise argparse.ArgumentTypeError("--p-min values must be in [0, 1)")
+    return values
+
+
+def _ks(text: str) -> str:
+    from app.engine.tune import parse_ks
+
+    try:
+        parse_ks(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tune", help="find the fastest draft and K for a pair on this machine")
-    p.set_defaults(func=lambda args: print("tune: not implemented yet") or 2)
+    p = sub.add_parser("tune", help="find the fastest draft and K for a pair on this machine (Pair lab)")
+    p.add_argument("--pair", default=None, help="catalog pair id (default: the catalog's default pair)")
+    p.add_argument("--drafts", default="all",
+                   help="comma list of draft ids/file names and 'lookup', or all (every installed compatible model)")
+    p.add_argument("--k", type=_ks, default=None, help="K values: 1,2,4,8 or 1-12, 'auto' allowed "
+                                                       "(default: 2,4,8 with --quick, else 1-4,6,8,auto)")
+    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
+    p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]}, optional "category"')
+    p.add_argument("--max-tokens", type=int, default=None, help="tokens per run (default: 32 quick, 128 full)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--p-min", type=_p_mins, default=(DEFAULT_P_MIN,), help="p_min values tried with K=auto")
+    p.add_argument("--repeats", type=int, default=1, help="rounds over the prompts (medians over them)")
+    p.add_argument("--quick", action="store_true", help="about 30 s on the demo pair: own draft + lookup, "
+                                                        "K 2,4,8, two short prompts")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, default=2048, help="context size")
+    p.add_argument("--json", dest="json_out", help="write the result (cells, best, recommendations) here")
+    p.add_argument("--no-save", action="store_true", help="do not make the result this machine's defaults")
+    g = p.add_argument_group("history")
+    g.add_argument("--history", action="store_true", help="list stored runs and exit")
+    g.add_argument("--show", type=int, metavar="ID", help="print a stored run's report")
+    g.add_argument("--compare", metavar="A,B", help="compare two stored runs")
+    g.add_argument("--delete", type=int, metavar="ID", help="delete a stored run and its files")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.history or args.show or args.compare or args.delete:
+        return _history(args)
+    return _sweep(args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from app.engine.backend import LoadOptions
+    from app.engine.bench import PromptFileError
+    from app.engine.lab import LabRequest, plan, run_lab
+    from app.engine.pair import Pair
+    from app.engine.tuned import describe_machine, machine_info
+    from app.models.provision import ensure_pair
+
+    entry, target, draft = ensure_pair(args.pair)
+    req = LabRequest(drafts=args.drafts, ks=args.k, suite=args.suite, prompts_file=args.prompts_file,
+                     max_tokens=args.max_tokens, temperature=args.temperature, quick=args.quick,
+                     repeats=max(1, args.repeats), p_mins=args.p_min, seed=args.seed)
+    cancel = threading.Event()
+    with Pair.load(target, draft, LoadOptions(n_ctx=args.ctx, n_threads=args.threads)) as pair:
+        try:
+            cfg = plan(pair, req, on_skip=lambda name, why: print(f"[tune] skip {name}: {why}", file=sys.stderr))
+        except (ValueError, PromptFileError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"[tune] pair {entry.id} on {describe_machine(machine_info())}", flush=True)
+        print(f"[tune] drafts: {', '.join(c.id for c in cfg.candidates)}; K: {', '.join(map(str, cfg.ks))}; "
+              f"{len(cfg.prompts)} prompts x {cfg.max_tokens} tokens; {cfg.total_runs()} runs "
+              "(Ctrl-C stops and keeps a partial result)", flush=True)
+        previous = signal.getsignal(signal.SIGINT)
+
+        def on_sigint(signum, frame):
+            if cancel.is_set():
+                raise KeyboardInterrupt
+            cancel.set()
+            print("\n[tune] cancelling after the current run (Ctrl-C again to abort)", file=sys.stderr)
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, on_sigint)
+        try:
+            result = run_lab(pair, cfg, entry.id, progress=_progress, cancel=cancel,
+                             command=reproduce_command(sys.argv), store_tuned=not args.no_save)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, previous)
+    print(file=sys.stderr)
+    print(format_cells(result))
+    print()
+    print(format_recommendations(result))
+    for err in result["errors"]:
+        print(f"[tune] skipped {err['draft']}: {err['error']}")
+    if result["partial"]:
+        print(f"[tune] cancelled: partial result ({result['runs_done']}/{result['runs_total']} runs), "
+              "stored as partial; defaults unchanged")
+    elif result.get("tuned"):
+        print(f"[tune] saved as this machine's defaults for {entry.id} (Chat and Compare)")
+    files = result["files"]
+    print(f"[tune] history run #{result['run_id']}; plots {Path(files['speedup_vs_k']).parent}/*.png, "
+          f"CSV {files['csv']}, report {files['report']}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        print(f"[tune] wrote {args.json_out}")
+    print(f"[tune] reproduce: {result['command']}")
+    return 130 if result["partial"] else 0
+
+
+def _progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
+    eta_text = "" if eta is None else f", ETA {_duration(eta)}"
+    print(f"\r[tune] {done}/{total} runs{eta_text} ({what})"[:100].ljust(100), end="", file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def format_cells(r: dict) -> str:
+    from app.engine.report import k_label
+
+    head = (f"{'draft':<28} {'K':>9} {'speedup':>8} {'spread':>11} {'accept':>7} {'tok/pass':>8} "
+            f"{'c':>5} {'v':>5} {'bound':>6} {'tok/s':>6}")
+    lines = [head, "-" * len(head)]
+    for c in sorted(r["cells"], key=lambda c: (c["draft"], str(c["k"]).zfill(4))):
+        spread = f"{_f(c['speedup_min'])}-{_f(c['speedup_max'])}"
+        lines.append(f"{c['draft'][:28]:<28} {k_label(c)[:9]:>9} {_f(c['speedup'], '.2f', 'x'):>8} {spread:>11} "
+                     f"{_f(c['acceptance_rate'], '.1%'):>7} {_f(c['mean_accepted']):>8} {_f(c['c']):>5} "
+                     f"{_f(c['v']):>5} {_f(c['bound'], '.2f', 'x'):>6} {_f(c['tps'], '.1f'):>6}")
+    lines.append("-" * len(head))
+    lines.append(f"plain decoding: {_f(r['baseline_tps'], '.1f')} tok/s (median); "
+                 f"{r['runs_done']} runs in {r['duration_s']} s")
+    return "\n".join(lines)
+
+
+def format_recommendations(r: dict) -> str:
+    from app.engine.report import recommendation_line
+
+    lines = ["recommendation (best median speedup):"]
+    for cat, rec in r["recommendations"].items():
+        lines.append(f"  {cat:<10} {recommendation_line(rec)}")
+    return "\n".join(lines)
+
+
+def _history(args: argparse.Namespace) -> int:
+    from app.engine.history import History
+    from app.engine.report import compare_markdown, recommendation_line
+
+    hist = History()
+    if args.delete:
+        ok = hist.delete(args.delete)
+        print(f"[tune] {'deleted' if ok else 'no such'} run #{args.delete}")
+        return 0 if ok else 1
+    if args.compare:
+        try:
+            a, b = (int(x) for x in args.compare.split(","))
+            print(compare_markdown(hist.compare(a, b)))
+        except (ValueError, KeyError) as exc:
+            print(f"error: --compare needs two stored run ids A,B ({exc})", file=sys.stderr)
+            return 2
+        return 0
+    if args.show:
+        run = hist.get(args.show)
+        if run is None:
+            print(f"error: no run #{args.show}", file=sys.stderr)
+            return 1
+        report = Path(run["artifacts"] or "", "report.md")
+        print(report.read_text(encoding="utf-8") if run["artifacts"] and report.is_file()
+              else json.dumps(run, indent=2))
+        return 0
+    runs = hist.list(args.pair)
+    if not runs:
+        print("[tune] no runs stored yet")
+    for run in runs:
+        print(f"#{run['id']:<4} {run['created_at']}  {run['pair_id'] or '-':<14} {run['status']:<11} "
+              f"{'quick' if run['quick'] else 'full ':<5}  {recommendation_line(run['best'])}")
+    return 0

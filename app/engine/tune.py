@@ -73,23 +73,24 @@ def parse_ks(text: str) -> list:
     return sorted(ks) + (["auto"] if auto else [])
 
 
-def compatible_drafts(target: Model, models_dir: Path,
+def compatible_drafts(target: Model, files: Sequence[Union[str, Path]],
                       on_skip: Optional[Callable[[str, str], None]] = None) -> list[Candidate]:
-    """Every ``*.gguf`` under ``models_dir`` (recursively; derived drafts included) that can draft for
-    ``target``, judged by llama.cpp's vocabulary rules. Each file is opened with a tiny context."""
+    """The GGUF ``files`` that can draft for ``target``, judged by llama.cpp's vocabulary rules; each file
+    is opened with a tiny context. ``on_skip(name, reason)`` hears about the others."""
     target_vocab, found = target.vocab_info(), []
-    for path in sorted(Path(models_dir).rglob("*.gguf")):
+    for path in map(Path, files):
         if path.resolve() == Path(target.path).resolve():
             continue
         try:
             with Model(path, LoadOptions(n_ctx=256, n_batch=32)) as m:
                 verdict = check(target_vocab, m.vocab_info())
+            ok, reason = verdict.ok, verdict.reason
         except BackendError as exc:
-            verdict = type("Bad", (), {"ok": False, "reason": str(exc)})()
-        if verdict.ok:
+            ok, reason = False, str(exc)
+        if ok:
             found.append(Candidate.model(path))
         elif on_skip:
-            on_skip(path.name, verdict.reason)
+            on_skip(path.name, reason)
     return found
 
 

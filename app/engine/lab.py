@@ -1,0 +1,145 @@
+"""The Pair lab session, shared by ``launcher.py tune`` and the Benchmark tab: plan a sweep from a request,
+run it with a history entry, write the artifacts (CSV, plots, report) and store the tuned settings."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from app import paths
+from app.engine import tune
+from app.engine.bench import CATEGORIES, load_prompts
+from app.engine.history import History, artifacts_root
+from app.engine.loop import DEFAULT_P_MIN
+from app.engine.pair import Pair
+from app.engine.report import write_artifacts
+from app.engine.tuned import machine_info, save_tuned, settings_from_recommendation
+
+COMPAT_CACHE = "compat.json"
+
+
+@dataclass
+class LabRequest:
+    drafts: str = "all"  # "all" or a comma list of draft ids / file names / "lookup"
+    ks: Optional[str] = None  # "1,2,4,8", "1-12", "auto"…; None: the quick or full default
+    suite: str = "all"
+    prompts_file: Optional[str] = None
+    max_tokens: Optional[int] = None  # None: the quick or full default
+    temperature: float = 0.0
+    quick: bool = False
+    repeats: int = 1
+    p_mins: tuple = (DEFAULT_P_MIN,)
+    seed: int = 0
+
+
+def _file_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}"
+
+
+def discover(pair: Pair, on_skip: Optional[Callable[[str, str], None]] = None) -> list[tuple]:
+    """Every installed model that can draft for the pair's target (models dir and the target's folder),
+    as model candidates; verdicts are cached per (target, file) in ``TANDEM_HOME/pairlab/compat.json``."""
+    cache_path = artifacts_root() / COMPAT_CACHE
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    target_key = _file_key(Path(pair.target.path))
+    verdicts = cache.setdefault(target_key, {})
+    dirs = list(dict.fromkeys([paths.models_dir().resolve(), Path(pair.target.path).resolve().parent]))
+    found, todo = [], []
+    for folder in dirs:
+        for path in sorted(folder.rglob("*.gguf")):
+            if path.resolve() == Path(pair.target.path).resolve():
+                continue
+            key = _file_key(path)
+            if key in verdicts:
+                ok, reason = verdicts[key]
+                if ok:
+                    found.append(tune.Candidate.model(path))
+                elif on_skip:
+                    on_skip(path.name, reason)
+            else:
+                todo.append((path, key))
+    for path, key in todo:
+        skipped: list = []
+        ok = bool(tune.compatible_drafts(pair.target, [path], lambda n, r: skipped.append(r)))
+        verdicts[key] = [ok, skipped[0] if skipped else ""]
+        if ok:
+            found.append(tune.Candidate.model(path))
+        elif on_skip:
+            on_skip(path.name, verdicts[key][1])
+    if todo:
+        cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
+    unique = {str(Path(c.path).resolve()): c for c in found}
+    return list(unique.values())
+
+
+def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], None]] = None) -> tune.TuneConfig:
+    """Turn a request into a sweep configuration (raises ValueError / PromptFileError on bad input).
+
+    ``--quick`` (without explicit choices): the pair's own draft and prompt lookup, K in 2, 4, 8, two prompts
+    of 32 tokens. The full sweep: every installed compatible draft and prompt lookup, K in 1–4, 6, 8, auto,
+    the whole suite at 128 tokens."""
+    prompts = load_prompts(req.prompts_file, req.suite)
+    if req.quick and not req.prompts_file:
+        if req.suite == "all":
+            prompts = [p for p in prompts if p.id in tune.QUICK_PROMPTS] or prompts[:2]
+        else:
+            prompts = prompts[:2]
+    ks = tune.parse_ks(req.ks) if req.ks else list(tune.QUICK_KS if req.quick else tune.FULL_KS)
+    own = [tune.Candidate.model(pair.draft.path)] if pair.draft is not None else []
+    names = {s.strip() for s in (req.drafts or "all").split(",") if s.strip()}
+    own_names = {"lookup"} | {c.id for c in own} | {Path(c.path).name for c in own}
+    if (req.quick and names <= {"all"}) or (names and names <= own_names):
+        pool = own + [tune.LOOKUP]  # no need to open every installed model
+    else:
+        found = discover(pair, on_skip)
+        known = {str(Path(c.path).resolve()) for c in found}
+        pool = found + [c for c in own if str(Path(c.path).resolve()) not in known] + [tune.LOOKUP]
+    candidates = tune.select(pool, req.drafts or "all")
+    if not candidates:
+        raise ValueError("no candidate drafts")
+    max_tokens = req.max_tokens or (tune.QUICK_MAX_TOKENS if req.quick else tune.FULL_MAX_TOKENS)
+    return tune.TuneConfig(candidates=candidates, ks=ks, prompts=prompts, max_tokens=max_tokens,
+                           temperature=req.temperature, seed=req.seed, p_mins=tuple(req.p_mins),
+                           repeats=req.repeats, quick=req.quick)
+
+
+def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],
+            progress: Optional[tune.Progress] = None, cancel: Optional[threading.Event] = None,
+            history: Optional[History] = None, command: Optional[str] = None, store_tuned: bool = True) -> dict:
+    """Sweep with a history entry (running → complete | partial | failed), artifacts in
+    ``TANDEM_HOME/pairlab/run-NNNN/``, and, for a complete run, the tuned settings for this machine."""
+    machine = machine_info()
+    hist = history or History()
+    run_id = hist.start(pair_id, Path(pair.target.path).name, cfg.describe(), machine)
+    try:
+        result = tune.sweep(pair, cfg, progress=progress, cancel=cancel)
+        result.update(pair=pair_id, run_id=run_id, machine=machine, command=command)
+        folder = artifacts_root() / f"run-{run_id:04d}"
+        result["files"] = write_artifacts(result, folder, meta={"id": run_id, "pair_id": pair_id,
+                                                                "machine": machine})
+        (folder / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        hist.finish(run_id, result, artifacts=folder)
+    except BaseException as exc:
+        hist.fail(run_id, f"{type(exc).__name__}: {exc}")
+        raise
+    result["tuned"] = None
+    if store_tuned and pair_id and not result["partial"] and result["best"]:
+        result["tuned"] = save_tuned(pair_id, tuned_settings(result))
+    return result
+
+
+def tuned_settings(result: dict, category: str = "all") -> dict:
+    """The settings a recommendation stands for, with every category's choice under ``by_category``."""
+    recs = result.get("recommendations") or {}
+    rec = recs.get(category) or result["best"]
+    settings = settings_from_recommendation(rec, result.get("run_id"))
+    settings["by_category"] = {cat: settings_from_recommendation(r, result.get("run_id"))
+                               for cat, r in recs.items() if cat in CATEGORIES}
+    return settings

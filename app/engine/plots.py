@@ -1,0 +1,145 @@
+"""Pair lab plots as PNG files (matplotlib's Agg canvas directly: no pyplot state, safe in worker threads).
+
+- speedup vs K, one line per draft, with the predicted bound (dashed, same colour) and the min–max spread;
+- per-position acceptance: for each draft at its best K, how often draft position i was accepted;
+- measured vs predicted speedup: one point per cell against the y = x line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+PLOTS = {
+    "speedup_vs_k": "speedup_vs_k.png",
+    "per_position": "per_position.png",
+    "measured_vs_predicted": "measured_vs_predicted.png",
+}
+
+
+def k_positions(ks: Sequence) -> dict:
+    """x position for each K: integers where they are, 'auto' one step right of the largest."""
+    numeric = sorted({k for k in ks if isinstance(k, int)})
+    pos = {k: float(k) for k in numeric}
+    if any(k == "auto" for k in ks):
+        pos["auto"] = float((numeric[-1] if numeric else 0) + 1)
+    return pos
+
+
+def _drafts(cells: Sequence[dict]) -> list[str]:
+    return list(dict.fromkeys(c["draft"] for c in cells))
+
+
+def _label(cell: dict) -> str:
+    if cell["k"] == "auto" and cell.get("p_min") is not None:
+        return f"auto p{cell['p_min']:g}"
+    return str(cell["k"])
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _empty(ax, text: str = "no data") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def speedup_vs_k(cells: Sequence[dict], path: Path, title: str = "") -> Path:
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    pos = k_positions([c["k"] for c in cells])
+    colours = {}
+    for i, draft in enumerate(_drafts(cells)):
+        rows = sorted((c for c in cells if c["draft"] == draft and c["speedup"] is not None),
+                      key=lambda c: (pos[c["k"]], c.get("p_min") or 0))
+        if not rows:
+            continue
+        colour = colours.setdefault(draft, f"C{i % 10}")
+        xs = [pos[c["k"]] for c in rows]
+        ys = [c["speedup"] for c in rows]
+        lo = [c["speedup"] - (c.get("speedup_min") or c["speedup"]) for c in rows]
+        hi = [(c.get("speedup_max") or c["speedup"]) - c["speedup"] for c in rows]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colour, label=f"{draft} (measured)")
+        bounds = [(pos[c["k"]], c["bound"]) for c in rows if c.get("bound") is not None]
+        if bounds:
+            ax.plot(*zip(*bounds), linestyle="--", marker="x", color=colour, alpha=0.7,
+                    label=f"{draft} (predicted bound)")
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+    if pos:
+        ax.set_xticks(list(pos.values()), [str(k) for k in pos])
+    else:
+        _empty(ax)
+    ax.set_xlabel("K (draft tokens per target pass)")
+    ax.set_ylabel("speedup over plain decoding (x)")
+    ax.set_title(title or "Speedup vs K (median over prompts, bars: min–max)")
+    if cells:
+        ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def per_position(cells: Sequence[dict], path: Path) -> Path:
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    drawn = 0
+    for i, draft in enumerate(_drafts(cells)):
+        rows = [c for c in cells if c["draft"] == draft and c.get("per_position") and c["speedup"] is not None]
+        if not rows:
+            continue
+        best = max(rows, key=lambda c: c["speedup"])
+        pp = best["per_position"]
+        ax.plot(range(1, len(pp) + 1), pp, marker="o", color=f"C{i % 10}", label=f"{draft} at K={_label(best)}")
+        drawn += 1
+    if not drawn:
+        _empty(ax)
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate at that position")
+    ax.set_title("Per-position acceptance (each draft at its best K)")
+    if drawn:
+        ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def measured_vs_predicted(cells: Sequence[dict], path: Path) -> Path:
+    fig = Figure(figsize=(5.2, 4.6))
+    ax = fig.add_subplot()
+    pts = [(c["bound"], c["speedup"], c) for c in cells if c.get("bound") is not None and c["speedup"] is not None]
+    drafts = _drafts(cells)
+    for i, draft in enumerate(drafts):
+        mine = [(x, y, c) for x, y, c in pts if c["draft"] == draft]
+        if mine:
+            ax.scatter([p[0] for p in mine], [p[1] for p in mine], color=f"C{i % 10}", label=draft)
+            for x, y, c in mine:
+                ax.annotate(_label(c), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if pts:
+        top = max(max(x, y) for x, y, _ in pts) * 1.1
+        ax.plot([0, top], [0, top], color="grey", linestyle="--", linewidth=0.8, label="measured = predicted")
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.legend(fontsize=7)
+    else:
+        _empty(ax, "no cell with a predicted bound")
+    ax.set_xlabel("predicted speedup (bound from measured alpha, c, v)")
+    ax.set_ylabel("measured speedup")
+    ax.set_title("Measured vs predicted (labels: K)")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def write_all(cells: Sequence[dict], folder: Path, title: Optional[str] = None) -> dict:
+    """All three plots into ``folder``; returns {name: path}."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "speedup_vs_k": speedup_vs_k(cells, folder / PLOTS["speedup_vs_k"], title or ""),
+        "per_position": per_position(cells, folder / PLOTS["per_position"]),
+        "measured_vs_predicted": measured_vs_predicted(cells, folder / PLOTS["measured_vs_predicted"]),
+    }
