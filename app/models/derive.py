@@ -63,3 +63,26 @@ def quantize(source: Path, dest: Path, ftype: str, progress: Optional[Progress] 
         print(f"[tandem] derived {dest.name} in {time.monotonic() - started:.1f}s", flush=True)
     fileops.mark_done(dest, fileops.sha256_file(dest, f"hashing {dest.name}"))
     return dest
+
+
+def derive_draft(target: str, ftype: str = "Q4_0", progress: Optional[Progress] = None) -> dict:
+    """Quantize an installed target (id or path) to a small ``ftype`` and register the result as a draft with
+    its parent, and the pair as checked — for targets that have no small sibling on the Hub."""
+    from app import paths
+    from app.models import library, meta
+    from app.models.compat import check_pair
+
+    if ftype not in ("Q4_0", "Q2_K", "Q4_1", "Q3_K_M", "Q4_K_S", "Q4_K_M"):
+        raise DeriveError(f"a derived draft should be small: choose Q4_0 or Q2_K (got {ftype!r})")
+    rec = library.find(target)
+    if rec is None:
+        raise DeriveError(f"{target!r} is not an installed model or a .gguf file")
+    source = Path(rec["path"])
+    m, _ = meta.read(source)
+    dest = paths.models_dir() / f"{library.slug(source.stem)}.draft-{ftype.lower()}.gguf"
+    quantize(source, dest, ftype, progress=progress, n_params=m.params)
+    draft_id = library.slug(dest.stem)
+    library.register(draft_id, dest, "derived", parent=rec["id"], ftype=ftype, name=f"{m.name or source.stem} {ftype}")
+    verdict = check_pair(rec["id"] if rec.get("source") != "path" else str(source), draft_id)
+    return {"id": draft_id, "path": str(dest), "parent": rec["id"], "ftype": ftype, "compatible": verdict.ok,
+            "reason": verdict.reason}

@@ -171,7 +171,7 @@ def read_prefix(fetch: Callable[[int, int], bytes], first: int = FIRST_READ,
         chunk = fetch(len(data), want)
         data += chunk
         try:
-            return parse(data), len(data)
+            return parse(data), bytes(data)
         except Truncated as exc:
             if len(data) < want:  # the source ended: the file itself is cut short
                 raise GGUFError(f"the file ends inside its GGUF header (after {len(data)} bytes)") from None

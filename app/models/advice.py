@@ -1,0 +1,102 @@
+"""Label every catalog pair for a machine (fits on GPU / partial offload / CPU only / will not fit, with the
+numbers) and recommend the best pair per use. Shapes come from the installed file's header, else from a header
+already read from the Hub, else from the catalog's architecture figures — never from the network."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from app import paths
+from app.models import fileops, fit, meta, remote
+from app.models.catalog import Catalog, ModelEntry, load
+from app.models.fit import FITS, Machine, ModelShape, Settings
+from app.models.ggufheader import GGUFError
+
+LABELS = {"gpu": "fits on GPU", "partial": "partial offload", "cpu": "CPU only", "no": "will not fit"}
+
+
+def shape_of(entry: ModelEntry, cat: Catalog) -> Optional[ModelShape]:
+    path = paths.models_dir() / entry.file
+    m = None
+    if fileops.is_done(path):
+        try:
+            m, _ = meta.read(path)
+        except GGUFError:
+            m = None
+    elif entry.repo and (got := remote.cached_header(entry.repo, entry.file)) is not None:
+        try:
+            m = meta.model_meta(got.header, got.file_size)
+        except GGUFError:
+            m = None
+    if m is not None:
+        return ModelShape(entry.id, m.weights_bytes, m.n_layers, m.n_embd, m.n_head_kv, m.head_dim_k,
+                          m.head_dim_v, m.n_vocab, m.sliding_window, m.swa_layers)
+    size = entry.size
+    if size is None and entry.derive_from and entry.derive_from in cat.models:
+        src = cat.models[entry.derive_from]
+        size = _derived_size(src.size, src.quant, entry.ftype or "F32")
+    if not (size and entry.layers and entry.embd and entry.kv_heads and entry.head_dim and entry.vocab):
+        return None
+    return ModelShape(entry.id, size, entry.layers, entry.embd, entry.kv_heads, entry.head_dim, entry.head_dim,
+                      entry.vocab, entry.swa_window, entry.swa_layers)
+
+
+def _derived_size(src_size: Optional[int], src_quant: str, ftype: str) -> Optional[int]:
+    from app.models.derive import _BITS
+
+    if not src_size:
+        return None
+    return int(src_size * _BITS.get(ftype, 16) / _BITS.get(src_quant, 5))
+
+
+def label_pairs(cat: Optional[Catalog] = None, machine: Optional[Machine] = None,
+                settings: Settings = Settings()) -> list[dict[str, Any]]:
+    from app.models import hardware
+    from app.models.compat import known_verdict
+
+    cat = cat or load()
+    machine = machine or hardware.detect()
+    rows = []
+    for pair in cat.pairs.values():
+        row: dict[str, Any] = {"pair": pair.id, "name": pair.name, "use": list(pair.use), "k": pair.k,
+                               "target": pair.target, "draft": pair.draft, "offline": pair.offline}
+        t, d = shape_of(cat.models[pair.target], cat), shape_of(cat.models[pair.draft], cat)
+        installed = [fileops.is_done(paths.models_dir() / cat.models[m].file) for m in (pair.target, pair.draft)]
+        row["installed"] = all(installed)
+        if t is None or d is None:
+            row.update(fit="unknown", label="unknown (no size figures)", estimated_bytes=None)
+        else:
+            p = fit.plan(t, d, machine, settings)
+            row.update(fit=p.fit, label=LABELS[p.fit], estimated_bytes=p.total_bytes, gpu_bytes=p.gpu_bytes,
+                       ram_bytes=p.ram_bytes, target_gpu_layers=p.target_gpu_layers,
+                       draft_gpu_layers=p.draft_gpu_layers, target_layers=t.n_layers + 1, reason=p.reason,
+                       target_weights=t.weights)
+        verdict = known_verdict(pair.target, pair.draft)
+        row["compatible"] = None if verdict is None else verdict["ok"]
+        row["compat_reason"] = "" if verdict is None else verdict["reason"]
+        rows.append(row)
+    return rows
+
+
+def recommend(rows: list[dict[str, Any]], uses: tuple[str, ...] = ("code", "chat")) -> dict[str, Any]:
+    """Best pair per use: on the GPU, the largest target; else the best partial offload (most target layers on
+    the GPU, then the smaller total); else the smallest pair that runs on the CPU. Pairs known to be
+    incompatible are never recommended; demo pairs only when nothing else runs."""
+    best: dict[str, Any] = {}
+    for use in uses:
+        cands = [r for r in rows if use in r["use"] and r["fit"] in FITS[:3] and r.get("compatible") is not False]
+        real = [r for r in cands if not r["offline"]] or cands
+        if not real:
+            best[use] = None
+            continue
+
+        def key(r: dict[str, Any]):
+            rank = FITS.index(r["fit"])
+            if r["fit"] == "gpu":
+                return (rank, -r["target_weights"], r["estimated_bytes"])
+            if r["fit"] == "partial":
+                return (rank, -r["target_gpu_layers"] / r["target_layers"], r["estimated_bytes"])
+            return (rank, r["estimated_bytes"], 0)
+
+        best[use] = min(real, key=key)["pair"]
+    return best

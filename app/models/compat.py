@@ -1,0 +1,107 @@
+"""Is a draft compatible with a target? The engine's own rule (:func:`app.engine.vocab.check`), computed from
+GGUF metadata: from the local file's header when the model is installed, else from the header alone read from
+the Hub with range requests — before loading and before downloading."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from app.engine.vocab import VocabInfo, check
+from app.models import library, meta
+from app.models.catalog import Catalog, load
+from app.models.ggufheader import GGUFError
+from app.models.meta import ModelMeta
+
+
+class CompatError(ValueError):
+    """A model could not be judged (unknown id, unreadable file, Hub unreachable); the message says why."""
+
+
+@dataclass
+class Side:
+    ref: str
+    id: str
+    where: str  # "local", "hub header", "hub header (kept copy)"
+    path: Optional[str] = None
+    bytes_read: int = 0
+    meta: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    reason: str
+    target: Side
+    draft: Side
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe(ref: str, cat: Optional[Catalog] = None, offline: bool = False) -> tuple[VocabInfo, ModelMeta, Side]:
+    """Vocabulary and metadata of a model given by installed id, path or catalog id."""
+    cat = cat or load()
+    rec = library.find(ref, cat)
+    if rec is not None:
+        try:
+            m, v = meta.read(rec["path"])
+        except GGUFError as exc:
+            raise CompatError(f"{ref}: {exc}") from None
+        return v, m, Side(ref, rec["id"], "local", rec["path"], 0, m.to_dict())
+    entry = cat.models.get(ref)
+    if entry is None:
+        if Path(ref).suffix == ".gguf" or "/" in ref or "\\" in ref:
+            raise CompatError(f"no such file: {ref}")
+        raise CompatError(f"{ref!r} is neither an installed model, a catalog model nor a .gguf path")
+    if entry.derive_from:  # a re-quantization keeps the vocabulary of its source
+        v, m, side = describe(entry.derive_from, cat, offline)
+        return v, m, Side(ref, entry.id, f"{side.where} (of {entry.derive_from})", None, side.bytes_read, side.meta)
+    if not entry.repo:
+        raise CompatError(f"{ref} is not installed yet (run `launcher.py setup`) and has no Hub header to read")
+    from app.models import remote
+
+    got = remote.cached_header(entry.repo, entry.file)
+    if got is None:
+        if offline:
+            raise CompatError(f"{ref}: header not read yet (needs the Hub)")
+        try:
+            got = remote.fetch_header(entry.repo, entry.file, entry.revision)
+        except Exception as exc:  # noqa: BLE001 - DownloadError and friends carry a clear message
+            raise CompatError(f"{ref}: {exc}") from None
+    try:
+        v = meta.vocab_info(got.header)
+    except GGUFError as exc:
+        raise CompatError(f"{ref}: {exc}") from None
+    m = meta.model_meta(got.header, got.file_size, v)
+    where = "hub header (kept copy)" if got.cached else "hub header"
+    return v, m, Side(ref, entry.id, where, None, got.bytes_read, m.to_dict())
+
+
+def check_pair(target: str, draft: str, cat: Optional[Catalog] = None, remember: bool = True,
+               offline: bool = False) -> Verdict:
+    """Judge ``draft`` for ``target`` (ids or paths). Raises :class:`CompatError` if either can't be read."""
+    cat = cat or load()
+    tv, tm, ts = describe(target, cat, offline)
+    dv, dm, ds = describe(draft, cat, offline)
+    verdict = check(tv, dv)
+    out = Verdict(verdict.ok, verdict.reason, ts, ds)
+    if dm.params and tm.params and dm.params >= tm.params:
+        out.extra["warning"] = "the draft is not smaller than the target: no speed-up to expect"
+    if remember:
+        library.remember_pair(ts.id, ds.id, verdict.ok, verdict.reason,
+                              fingerprints=[tm.vocab_fingerprint, dm.vocab_fingerprint])
+    return out
+
+
+def known_verdict(pair_target: str, pair_draft: str) -> Optional[dict[str, Any]]:
+    """The remembered verdict for a pair, if it was checked before."""
+    for rec in library.pairs():
+        if rec["target"] == pair_target and rec["draft"] == pair_draft:
+            return rec
+    return None
+
+
+__all__ = ["CompatError", "Verdict", "check_pair", "describe", "known_verdict"]

@@ -1,0 +1,153 @@
+"""The library: installed models (catalog files, Hub downloads, imported and derived files) with metadata from
+their GGUF headers, and the pairs the user has checked. Kept in ``library.json`` under the data directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from app import paths
+from app.models import fileops, meta
+from app.models.catalog import Catalog, load
+from app.models.ggufheader import GGUFError
+
+_lock = threading.RLock()
+
+
+class LibraryError(ValueError):
+    """A library operation could not be done; the message says why."""
+
+
+def library_file() -> Path:
+    return paths.home() / "library.json"
+
+
+def _read() -> dict[str, Any]:
+    try:
+        data = json.loads(library_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault("models", {})
+    data.setdefault("pairs", {})
+    return data
+
+
+def _write(data: dict[str, Any]) -> None:
+    tmp = library_file().with_name("library.json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, library_file())
+
+
+def slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-.")
+    return s or "model"
+
+
+def register(model_id: str, path: Path, source: str, **extra: Any) -> dict[str, Any]:
+    """Record an installed model (``source``: hub, import, derived)."""
+    with _lock:
+        data = _read()
+        record = {"id": model_id, "path": str(Path(path).resolve()), "source": source, **extra}
+        data["models"][model_id] = record
+        _write(data)
+    return record
+
+
+def installed(cat: Optional[Catalog] = None, with_meta: bool = True) -> list[dict[str, Any]]:
+    """Every model present on disk: catalog files that are complete, then registered files that exist."""
+    cat = cat or load()
+    out: dict[str, dict[str, Any]] = {}
+    for entry in cat.models.values():
+        path = paths.models_dir() / entry.file
+        if fileops.is_done(path):
+            out[entry.id] = {"id": entry.id, "path": str(path), "source": "catalog", "name": entry.name,
+                             "repo": entry.repo}
+    with _lock:
+        records = _read()["models"]
+    for mid, rec in records.items():
+        if mid not in out and Path(rec["path"]).is_file():
+            out[mid] = dict(rec)
+    if with_meta:
+        for rec in out.values():
+            try:
+                m, _ = meta.read(rec["path"])
+                rec["meta"] = m.to_dict()
+            except GGUFError as exc:
+                rec["error"] = str(exc)
+    return list(out.values())
+
+
+def find(ref: str, cat: Optional[Catalog] = None) -> Optional[dict[str, Any]]:
+    """An installed model by id, or by path (a .gguf file that is not registered is described ad hoc)."""
+    for rec in installed(cat, with_meta=False):
+        if rec["id"] == ref:
+            return rec
+    p = Path(ref).expanduser()
+    if p.is_file():
+        for rec in installed(cat, with_meta=False):
+            if Path(rec["path"]).resolve() == p.resolve():
+                return rec
+        return {"id": slug(p.stem), "path": str(p.resolve()), "source": "path"}
+    return None
+
+
+def import_gguf(path: Path | str, copy: bool = False, model_id: Optional[str] = None) -> dict[str, Any]:
+    """Add a local ``.gguf`` to the library after reading its header. With ``copy`` the file is copied into
+    the models directory (for uploads, which live in a temporary directory); otherwise it stays where it is."""
+    src = Path(path).expanduser()
+    if not src.is_file():
+        raise LibraryError(f"no such file: {src}")
+    try:
+        m, _ = meta.read(src)
+    except GGUFError as exc:
+        raise LibraryError(f"cannot import {src.name}: {exc}") from None
+    mid = model_id or slug(src.stem)
+    if find(mid) is not None and Path(find(mid)["path"]).resolve() != src.resolve():
+        mid = f"{mid}-{m.vocab_fingerprint[:6]}"
+    dest = src
+    if copy:
+        dest = paths.models_dir() / (slug(src.stem) + ".gguf")
+        if dest.exists():
+            raise LibraryError(f"{dest.name} is already in the models directory; delete it first")
+        fileops.check_free_space(dest.parent, src.stat().st_size)
+        with fileops.atomic_output(dest) as tmp:
+            shutil.copyfile(src, tmp)
+        fileops.mark_done(dest, fileops.sha256_file(dest, f"hashing {dest.name}"))
+    return register(mid, dest, "import", name=m.name or src.stem, copied=copy)
+
+
+def delete(model_id: str, cat: Optional[Catalog] = None) -> str:
+    """Remove a model: files in the models directory are deleted, files elsewhere only forgotten."""
+    rec = find(model_id, cat)
+    if rec is None or rec.get("source") == "path":
+        raise LibraryError(f"no installed model {model_id!r}")
+    path = Path(rec["path"])
+    inside = path.resolve().parent == paths.models_dir().resolve()
+    with _lock:
+        data = _read()
+        data["models"].pop(rec["id"], None)
+        _write(data)
+    if inside:
+        path.unlink(missing_ok=True)
+        fileops.manifest_path(path).unlink(missing_ok=True)
+        return f"deleted {path.name}"
+    return f"forgot {rec['id']} (the file {path} was left in place)"
+
+
+def remember_pair(target_id: str, draft_id: str, ok: bool, reason: str, **extra: Any) -> dict[str, Any]:
+    with _lock:
+        data = _read()
+        rec = {"target": target_id, "draft": draft_id, "ok": ok, "reason": reason, **extra}
+        data["pairs"][f"{target_id}+{draft_id}"] = rec
+        _write(data)
+    return rec
+
+
+def pairs() -> list[dict[str, Any]]:
+    with _lock:
+        return list(_read()["pairs"].values())
