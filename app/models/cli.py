@@ -1,10 +1,227 @@
-"""``launcher.py models …``: the model manager from the command line."""
+"""``launcher.py models …``: the model manager from the command line.
+
+    models list [--json]                 installed models with GGUF metadata, then the catalog
+    models pull REPO_ID FILENAME         download a file from the Hub (or: models pull CATALOG_ID)
+    models import PATH [--copy]          add a local .gguf
+    models delete ID                     delete (or forget) an installed model
+    models check TARGET DRAFT [--json]   compatibility, from GGUF metadata (exit 1 when incompatible)
+    models fit [--json]                  this machine's hardware and every catalog pair's fit
+    models recommend [--vram GiB] [--ram GiB] [--ctx N] [--json]
+    models derive TARGET --quant Q4_0    a small draft quantized from an installed target
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list, pull, import, check, fit, recommend and derive models")
-    p.set_defaults(func=lambda args: print("models: not implemented yet") or 2)
+    msub = p.add_subparsers(dest="models_command")
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+    ls = msub.add_parser("list", help="installed models with metadata, and the catalog")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+
+    pull = msub.add_parser("pull", help="download a GGUF from the Hub (HF_ENDPOINT / HF_TOKEN apply)")
+    pull.add_argument("repo", help="REPO_ID (owner/name), or a catalog model id")
+    pull.add_argument("filename", nargs="?", help="file in the repository")
+    pull.add_argument("--revision", default="main")
+    pull.set_defaults(func=cmd_pull)
+
+    imp = msub.add_parser("import", help="add a local .gguf to the library")
+    imp.add_argument("path")
+    imp.add_argument("--copy", action="store_true", help="copy it into the models directory")
+    imp.set_defaults(func=cmd_import)
+
+    rm = msub.add_parser("delete", help="delete a model in the models directory, or forget an imported one")
+    rm.add_argument("id")
+    rm.set_defaults(func=cmd_delete)
+
+    chk = msub.add_parser("check", help="is DRAFT compatible with TARGET? (ids, catalog ids or paths)")
+    chk.add_argument("target")
+    chk.add_argument("draft")
+    chk.add_argument("--json", action="store_true")
+    chk.set_defaults(func=cmd_check)
+
+    for name, helptext in (("fit", "hardware and how each catalog pair fits"),
+                           ("recommend", "the best pair per use, each pair with its fit")):
+        f = msub.add_parser(name, help=helptext)
+        f.add_argument("--vram", type=float, help="GPU memory in GiB instead of the detected (0 = no GPU)")
+        f.add_argument("--ram", type=float, help="available RAM in GiB instead of the detected")
+        f.add_argument("--ctx", type=int, default=4096, help="context length to plan for (default 4096)")
+        f.add_argument("--cache-type", default="f16", help="KV cache type: f16, q8_0, q4_0 (default f16)")
+        f.add_argument("--json", action="store_true")
+        f.set_defaults(func=cmd_fit if name == "fit" else cmd_recommend)
+
+    der = msub.add_parser("derive", help="quantize an installed target into a small draft")
+    der.add_argument("target")
+    der.add_argument("--quant", default="Q4_0", choices=["Q4_0", "Q2_K"])
+    der.set_defaults(func=cmd_derive)
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _fail(msg: str, code: int = 1) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return code
+
+
+def _gb(n: Any) -> str:
+    return "?" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from app.models import library
+    from app.models.catalog import load
+
+    cat = load()
+    models = library.installed(cat)
+    if args.json:
+        _print_json({"models": models, "catalog": [m.__dict__ for m in cat.models.values()],
+                     "catalog_errors": cat.errors})
+        return 0
+    for err in cat.errors:
+        print(f"catalog: {err}", file=sys.stderr)
+    print("Installed:" if models else "Installed: none")
+    for rec in models:
+        m = rec.get("meta") or {}
+        info = (f"{m.get('architecture')} {m.get('params', 0) / 1e6:.0f}M {m.get('quant')} ctx {m.get('context_length')}"
+                f" vocab {m.get('n_vocab')} [{m.get('vocab_fingerprint')}]") if m else rec.get("error", "")
+        print(f"  {rec['id']:40s} {info}\n      {rec['path']}")
+    print("Catalog pairs:")
+    for pair in cat.pairs.values():
+        print(f"  {pair.id:22s} {pair.name}")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from app.models.catalog import load
+    from app.models.download import DownloadError, pull, pull_entry
+    from app.models.fileops import ChecksumError, DiskFullError
+
+    try:
+        if args.filename is None:
+            cat = load()
+            if args.repo not in cat.models or not cat.models[args.repo].repo:
+                return _fail(f"{args.repo!r} is not a catalog model on the Hub; give REPO_ID FILENAME", 2)
+            path = pull_entry(cat.models[args.repo])
+        else:
+            path = pull(args.repo, args.filename, args.revision)
+    except (DownloadError, ChecksumError, DiskFullError) as exc:
+        return _fail(str(exc))
+    print(f"installed {path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from app.models import library
+
+    try:
+        rec = library.import_gguf(args.path, copy=args.copy)
+    except (library.LibraryError, OSError) as exc:
+        return _fail(str(exc))
+    print(f"imported {rec['id']}: {rec['path']}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from app.models import library
+
+    try:
+        print(library.delete(args.id))
+    except library.LibraryError as exc:
+        return _fail(str(exc))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from app.models.compat import CompatError, check_pair
+
+    try:
+        v = check_pair(args.target, args.draft)
+    except CompatError as exc:
+        return _fail(str(exc), 2)
+    if args.json:
+        d = v.to_dict()
+        for side in ("target", "draft"):
+            d[side].pop("meta", None)
+        _print_json(d)
+    else:
+        print(("compatible: " if v.ok else "INCOMPATIBLE: ") + v.reason)
+        for side in (v.target, v.draft):
+            if side.where != "local":
+                print(f"  {side.id}: judged from the {side.where} ({side.bytes_read} bytes read)")
+        if v.extra.get("warning"):
+            print(f"  warning: {v.extra['warning']}")
+    return 0 if v.ok else 1
+
+
+def _machine(args: argparse.Namespace):
+    from app.models import hardware
+
+    return hardware.override(hardware.detect(), args.vram, args.ram)
+
+
+def _rows(args: argparse.Namespace, machine) -> list[dict]:
+    from app.models.advice import label_pairs
+    from app.models.fit import CACHE_TYPE_BYTES, Settings
+
+    if args.cache_type not in CACHE_TYPE_BYTES:
+        raise SystemExit(f"error: unknown cache type {args.cache_type!r} ({', '.join(CACHE_TYPE_BYTES)})")
+    return label_pairs(machine=machine, settings=Settings(ctx=args.ctx, cache_type=args.cache_type))
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from app.models import hardware
+
+    machine = _machine(args)
+    rows = _rows(args, machine)
+    if args.json:
+        _print_json({"machine": machine.to_dict(), "pairs": rows})
+        return 0
+    print(hardware.summary(machine) + (" (given on the command line)" if machine.source == "given" else ""))
+    _table(rows)
+    return 0
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from app.models.advice import recommend
+
+    machine = _machine(args)
+    rows = _rows(args, machine)
+    best = recommend(rows)
+    if args.json:
+        _print_json({"machine": machine.to_dict(), "recommended": best, "pairs": rows})
+        return 0
+    for use, pid in best.items():
+        print(f"best for {use}: {pid or 'nothing in the catalog runs on this machine'}")
+    _table(rows)
+    return 0
+
+
+def _table(rows: list[dict]) -> None:
+    for r in rows:
+        compat = {True: "compatible", False: "INCOMPATIBLE", None: "not checked"}[r["compatible"]]
+        print(f"  {r['pair']:22s} {r['fit']:8s} {_gb(r.get('estimated_bytes')):>10s}  {compat:12s} "
+              f"{r.get('reason', '')}")
+
+
+def cmd_derive(args: argparse.Namespace) -> int:
+    from app.models.derive import DeriveError, derive_draft
+    from app.models.fileops import DiskFullError
+
+    try:
+        out = derive_draft(args.target, args.quant)
+    except (DeriveError, DiskFullError) as exc:
+        return _fail(str(exc))
+    print(f"derived {out['id']} from {out['parent']}: {out['path']}")
+    print(("compatible: " if out["compatible"] else "INCOMPATIBLE: ") + out["reason"])
+    return 0
