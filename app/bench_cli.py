@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=4096, help="context size")
+    p.add_argument("--reference", choices=("bare", "llama-cpp-lookup"),
+                   help="also time a reference decoder on the same prompts, interleaved: 'bare' (a minimal "
+                        "llama_decode + argmax loop, vs Tandem's plain decoding) or 'llama-cpp-lookup' "
+                        "(llama-cpp-python's LlamaPromptLookupDecoding, vs Tandem's speculative runs)")
     p.add_argument("--json", dest="json_out", help="write the full result to this file")
     p.set_defaults(func=main)
 
@@ -65,7 +69,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"[bench] pair {entry.id}: target {target.name}, draft {draft.name}; {len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
     with Pair.load(target, draft if args.proposer == "draft" else None, opts) as pair:
-        result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats), progress=_progress)
+        result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats, reference=args.reference),
+                           progress=_progress)
     result["pair"] = entry.id
     result["command"] = reproduce_command(sys.argv)
     print(file=sys.stderr)
@@ -108,6 +113,10 @@ def format_table(r: dict) -> str:
                  f"{same:>5}")
     lines.append(f"efficiency (speedup / bound): {_f(r['efficiency'])}   mean K: {_f(r['mean_k'], '.1f')}   "
                  f"alpha: {_f(r['alpha'], '.3f')}")
+    ref = r.get("reference")
+    if ref:
+        lines.append(f"reference {ref['kind']}: {_f(ref['tps'], '.1f')} t/s; Tandem {ref['compares']} / reference = "
+                     f"{_f(ref['ratio'], '.3f')}x (median of per-prompt ratios)")
     for m in r["mismatches"]:
         lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g})")
     return "\n".join(lines)

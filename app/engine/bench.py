@@ -118,11 +118,15 @@ def divergence(pair: Pair, prompt: Sequence[int], plain: Sequence[int], spec: Se
     return {"position": pos, "gap": float(abs(top2[1] - top2[0]))}
 
 
+REFERENCES = ("bare", "llama-cpp-lookup")
+
+
 @dataclass
 class BenchConfig:
     gen: GenConfig = field(default_factory=GenConfig)
     repeats: int = 1
     warmup: bool = True
+    reference: Optional[str] = None  # also time a reference decoder (see reference.py), interleaved
 
 
 def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
@@ -136,23 +140,45 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
         warm_tokens = min(32, spec_cfg.max_tokens)
         for cfg in (replace(plain_cfg, max_tokens=warm_tokens), replace(spec_cfg, max_tokens=warm_tokens)):
             measure(pair, encoded[0][1], cfg)
-    total, done = len(encoded) * bcfg.repeats * 2, 0
+    total, done = len(encoded) * bcfg.repeats * (3 if bcfg.reference else 2), 0
     per_prompt = []
     for prompt, tokens in encoded:
         plain_runs: list[RunResult] = []
         spec_runs: list[RunResult] = []
+        ref_tps: list[float] = []
         for r in range(bcfg.repeats):
-            order = (False, True) if r % 2 == 0 else (True, False)
-            for speculative in order:
+            order = ["plain", "spec"] + (["ref"] if bcfg.reference else [])
+            order = order if r % 2 == 0 else order[::-1]
+            for mode in order:
                 if cancel is not None and cancel.is_set():
-                    return _aggregate(per_prompt, spec_cfg, partial=True)
-                result = measure(pair, tokens, spec_cfg if speculative else plain_cfg)
-                (spec_runs if speculative else plain_runs).append(result)
+                    return _aggregate(per_prompt, spec_cfg, partial=True, reference=bcfg.reference)
+                if mode == "ref":
+                    ref_tps.append(_reference(bcfg.reference, pair, tokens, spec_cfg.max_tokens))
+                else:
+                    result = measure(pair, tokens, spec_cfg if mode == "spec" else plain_cfg)
+                    (spec_runs if mode == "spec" else plain_runs).append(result)
                 done += 1
                 if progress:
-                    progress(done, total, f"{prompt.id} {'spec' if speculative else 'plain'}")
-        per_prompt.append(_prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg))
-    return _aggregate(per_prompt, spec_cfg, partial=False)
+                    progress(done, total, f"{prompt.id} {mode}")
+        row = _prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg)
+        if bcfg.reference:
+            ref = statistics.median(ref_tps)
+            ours = row["baseline_tps"] if bcfg.reference == "bare" else row["spec_tps"]
+            row.update(reference_tps=ref, reference_ratio=ours / ref if ref else None)
+        per_prompt.append(row)
+    return _aggregate(per_prompt, spec_cfg, partial=False, reference=bcfg.reference)
+
+
+def _reference(kind: str, pair: Pair, tokens: list[int], max_tokens: int) -> float:
+    from app.engine import reference
+
+    if kind == "bare":
+        return reference.bare_greedy(pair.target.path, tokens, max_tokens, n_ctx=pair.target.n_ctx,
+                                     n_threads=pair.target.n_threads)[0]
+    if kind == "llama-cpp-lookup":
+        return reference.llama_cpp_lookup(pair.target.path, tokens, max_tokens, num_pred_tokens=2,
+                                          n_ctx=pair.target.n_ctx, n_threads=pair.target.n_threads)[0]
+    raise ValueError(f"unknown reference {kind!r}; choose one of {', '.join(REFERENCES)}")
 
 
 def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[RunResult],
@@ -213,7 +239,7 @@ def _median(values: list) -> Optional[float]:
     return statistics.median(values) if values else None
 
 
-def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool) -> dict:
+def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference: Optional[str] = None) -> dict:
     pooled = _merge([p["_sums"] for p in per_prompt]) if per_prompt else {}
     speedup, bound = _median([p["speedup"] for p in per_prompt]), _median([p["bound"] for p in per_prompt])
     mismatches = [{"prompt": p["id"], **p["mismatch"]} for p in per_prompt if p["mismatch"]]
@@ -238,5 +264,11 @@ def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool) -> dict:
         "temperature": cfg.sampler.temperature,
         "max_tokens": cfg.max_tokens,
         "partial": partial,
+        "reference": None if not reference else {
+            "kind": reference,
+            "tps": _median([p.get("reference_tps") for p in per_prompt]),
+            "ratio": _median([p.get("reference_ratio") for p in per_prompt]),
+            "compares": "plain tokens/s" if reference == "bare" else "speculative tokens/s",
+        },
         "per_prompt": [{k: v for k, v in p.items() if k != "_sums"} for p in per_prompt],
     }
