@@ -149,6 +149,7 @@ def clear_tuned(pair_id: str, machine: Optional[dict] = None) -> bool:
 def settings_from_recommendation(rec: dict, run_id: Optional[int] = None) -> dict:
     """The settings dict (the ``load_tuned`` / ``AppState.apply_defaults`` shape) for one recommendation."""
     return {
+        "speculative": bool(rec.get("beats_plain", True)),  # nothing beat plain decoding: turn it off
         "proposer": rec["proposer"],
         "draft": rec.get("draft_path"),
         "draft_id": rec["draft"],

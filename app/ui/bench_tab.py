@@ -1,0 +1,272 @@
+"""Benchmark tab (the Pair lab): sweep drafts × K on this machine, see the plots, use the recommendation,
+browse / compare / delete past runs and export a report. Endpoint ``/tune`` (gradio_client) returns the
+sweep's JSON: ``cells``, ``best``, ``recommendations``, ``partial``, ``run_id``, ``files``."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Optional
+
+import gradio as gr
+
+from app.engine.bench import CATEGORIES
+from app.engine.history import History
+from app.engine.lab import LabRequest, plan, run_lab, tuned_settings
+from app.engine.report import compare_markdown, k_label, recommendation_line
+from app.engine.tuned import describe_machine, load_tuned, machine_info, save_tuned
+
+GEN = dict(concurrency_id="generation", concurrency_limit=1)
+CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
+RUN_HEADERS = ["id", "when", "pair", "status", "kind", "best"]
+
+
+def _f(value, spec: str = ".2f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def cells_rows(result: Optional[dict]) -> list[list]:
+    rows = []
+    for c in sorted((result or {}).get("cells", []), key=lambda c: -(c["speedup"] or 0)):
+        rows.append([c["draft"], k_label(c), _f(c["speedup"], ".2f", "x"),
+                     f"{_f(c['speedup_min'])}–{_f(c['speedup_max'])}", _f(c["acceptance_rate"], ".0%"),
+                     _f(c["mean_accepted"]), _f(c["c"]), _f(c["v"]), _f(c["bound"], ".2f", "x"), _f(c["tps"], ".1f"),
+                     c["prompts"]])
+    return rows
+
+
+def recommendation_md(result: Optional[dict]) -> str:
+    if not result or not result.get("cells"):
+        return "No result yet: run a sweep (Quick takes about half a minute on the demo pair)."
+    head = "**Partial result (cancelled)** — " if result.get("partial") else ""
+    lines = [f"{head}Plain decoding: {_f(result.get('baseline_tps'), '.1f')} tokens/s. Best per prompt category:"]
+    for cat, rec in (result.get("recommendations") or {}).items():
+        lines.append(f"- **{cat}**: {recommendation_line(rec)}")
+    for err in result.get("errors", []):
+        lines.append(f"- skipped {err['draft']}: {err['error']}")
+    return "\n".join(lines)
+
+
+def history_rows(hist: History) -> list[list]:
+    return [[r["id"], r["created_at"], r["pair_id"] or "–", r["status"], "quick" if r["quick"] else "full",
+             recommendation_line(r["best"]) if r["best"] else "–"] for r in hist.list()]
+
+
+def _images(result: Optional[dict]) -> list:
+    """The three plots as PIL images (Gradio serves only files in its temp/cwd, not TANDEM_HOME)."""
+    from PIL import Image
+
+    files = (result or {}).get("files") or {}
+    out = []
+    for name in ("speedup_vs_k", "per_position", "measured_vs_predicted"):
+        path = files.get(name)
+        if path and Path(path).is_file():
+            with Image.open(path) as im:
+                out.append(im.copy())
+        else:
+            out.append(None)
+    return out
+
+
+def _categories(result: Optional[dict]) -> gr.Dropdown:
+    cats = list(((result or {}).get("recommendations") or {}).keys())
+    return gr.Dropdown(choices=cats, value=cats[0] if cats else None)
+
+
+def build(state) -> None:
+    """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults)."""
+    cancel = threading.Event()
+    hist_holder: dict = {}
+
+    def hist() -> History:
+        if "h" not in hist_holder:
+            hist_holder["h"] = History()
+        return hist_holder["h"]
+
+    tuned = load_tuned(state.pair_id)
+    if tuned:  # what was tuned on this machine becomes the defaults of Chat and Compare
+        state.apply_defaults(tuned)
+
+    gr.Markdown("### Pair lab: which draft and K are fastest on *this* machine\n"
+                f"Measured here: {describe_machine(machine_info())}. Plain runs interleave with speculative ones; "
+                "every figure is a median over the prompts (spread: min–max).")
+    with gr.Row():
+        drafts = gr.Textbox("all", label="Drafts", info="all (every installed compatible model + lookup), "
+                            "or draft ids / file names and 'lookup', comma-separated", scale=3)
+        ks = gr.Textbox("", label="K values", info="e.g. 1,2,4,8 or 1-12, 'auto' allowed; empty: default", scale=2)
+        suite = gr.Dropdown(["all", *CATEGORIES], value="all", label="Prompt suite", scale=1)
+    with gr.Row():
+        max_tokens = gr.Number(None, label="Tokens per run", info="empty: 32 quick, 128 full", precision=0)
+        temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature")
+        quick = gr.Checkbox(True, label="Quick (~30 s on the demo pair)",
+                            info="own draft + lookup, K 2,4,8, two short prompts")
+    with gr.Row():
+        run_btn = gr.Button("Run sweep", variant="primary")
+        cancel_btn = gr.Button("Cancel", variant="stop")
+        drafts_btn = gr.Button("List candidate drafts")
+    status = gr.Markdown("")
+    recommendation = gr.Markdown(recommendation_md(None))
+    with gr.Row():
+        category = gr.Dropdown([], label="Recommendation for", scale=2)
+        use_btn = gr.Button("Use this", variant="secondary", scale=1)
+    use_status = gr.Markdown("")
+    with gr.Row():
+        plot_k = gr.Image(label="Speedup vs K (dashed: predicted bound)", type="pil", interactive=False)
+        plot_pos = gr.Image(label="Per-position acceptance", type="pil", interactive=False)
+        plot_mp = gr.Image(label="Measured vs predicted", type="pil", interactive=False)
+    cells = gr.Dataframe(headers=CELL_HEADERS, value=[], label="Cells (best first)", interactive=False)
+    with gr.Accordion("Raw result (JSON)", open=False):
+        result_json = gr.JSON(label="result")
+    with gr.Accordion("History", open=False):
+        runs = gr.Dataframe(headers=RUN_HEADERS, value=history_rows(hist()), label="Stored runs (newest first)",
+                            interactive=False)
+        with gr.Row():
+            run_a = gr.Number(None, label="Run A", precision=0)
+            run_b = gr.Number(None, label="Run B (compare)", precision=0)
+            refresh_btn = gr.Button("Refresh")
+            show_btn = gr.Button("Show A")
+            compare_btn = gr.Button("Compare A and B")
+            delete_btn = gr.Button("Delete A", variant="stop")
+            export_btn = gr.Button("Export report of A")
+        history_md = gr.Markdown("")
+        report_file = gr.File(label="Report (Markdown + plots + CSV, zip)", interactive=False)
+    current = gr.State(None)
+
+    def tune(drafts: str, ks: str, suite: str, max_tokens, temperature: float, quick: bool,
+             progress=gr.Progress()) -> dict:
+        """Sweep drafts × K on the loaded pair; returns cells, best, recommendations, partial, run_id, files."""
+        if state.pair is None:
+            raise gr.Error("No pair is loaded: load one in Pair settings first.")
+        if not state.generation_lock.acquire(timeout=1.0):
+            raise gr.Error("A generation is running; try again when it has finished.")
+        cancel.clear()
+        try:
+            progress(0.0, desc="planning the sweep (checking which installed models can draft)")
+            req = LabRequest(drafts=(drafts or "all").strip(), ks=(ks or "").strip() or None, suite=suite or "all",
+                             max_tokens=int(max_tokens) if max_tokens else None,
+                             temperature=float(temperature or 0.0), quick=bool(quick))
+            try:
+                cfg = plan(state.pair, req)
+            except ValueError as exc:
+                raise gr.Error(str(exc)) from None
+
+            def on_progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
+                eta_text = f", ETA {int(eta)} s" if eta is not None else ""
+                progress((done, total), desc=f"{what}{eta_text}", unit="runs")
+
+            return run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
+                           command=_command(req, state.pair_id))
+        finally:
+            state.generation_lock.release()
+
+    def render(result: Optional[dict]):
+        head = ""
+        if result:
+            head = (f"Run #{result.get('run_id')}: {result['runs_done']}/{result['runs_total']} runs in "
+                    f"{result['duration_s']} s" + (" — **cancelled, partial**" if result.get("partial") else ""))
+            if result.get("tuned"):
+                head += ". Saved as this machine's defaults for Chat and Compare."
+        return (result, head, recommendation_md(result), _categories(result), *_images(result),
+                cells_rows(result), history_rows(hist()))
+
+    outputs = [current, status, recommendation, category, plot_k, plot_pos, plot_mp, cells, runs]
+    run_btn.click(tune, [drafts, ks, suite, max_tokens, temperature, quick], [result_json], api_name="tune",
+                  **GEN).then(render, [result_json], outputs, api_visibility="private")
+
+    def do_cancel():
+        cancel.set()
+        return "Cancelling after the current run… the partial result is kept in the history."
+
+    cancel_btn.click(do_cancel, None, [status], queue=False, api_visibility="private")
+
+    def list_drafts():
+        if state.pair is None:
+            return "No pair is loaded."
+        from app.engine.lab import discover
+
+        skipped: list = []
+        found = discover(state.pair, lambda name, why: skipped.append(f"- {name}: {why}"))
+        lines = ["Candidates: " + ", ".join([c.id for c in found] + ["lookup"])]
+        if skipped:
+            lines += ["", "Not compatible with the target:", *skipped]
+        return "\n".join(lines)
+
+    drafts_btn.click(list_drafts, None, [status], api_visibility="private", **GEN)
+
+    def use_this(result: Optional[dict], cat: Optional[str]):
+        if not result or not result.get("recommendations"):
+            return "Run a sweep first."
+        cat = cat if cat in result["recommendations"] else "all"
+        settings = tuned_settings(result, cat)
+        if state.pair_id:
+            save_tuned(state.pair_id, settings)
+        state.apply_defaults(settings)
+        note = ""
+        if settings["proposer"] == "draft" and settings["draft"] and state.pair is not None and \
+                Path(settings["draft"]).resolve() != Path(state.pair.draft.path if state.pair.draft else "").resolve():
+            try:
+                state.load(state.target_path, settings["draft"], state.target_options, state.draft_options,
+                           pair_id=state.pair_id)
+                note = f" Loaded draft {Path(settings['draft']).name}."
+            except Exception as exc:  # the old pair stays loaded
+                note = f" Could not load that draft ({exc}); the current one stays."
+        rec = result["recommendations"][cat]
+        return (f"Chat and Compare now default to {rec['draft']}, K={k_label(rec)}"
+                f"{'' if settings['speculative'] else ' (speculation off: nothing beat plain decoding)'}.{note}")
+
+    use_btn.click(use_this, [current, category], [use_status], api_visibility="private")
+
+    def parse_id(value) -> Optional[int]:
+        return int(value) if value not in (None, "") else None
+
+    def show(a):
+        run = hist().get(parse_id(a)) if parse_id(a) else None
+        if run is None:
+            return (None, "No such run.", *render(None)[2:])
+        result = run["result"] or {"cells": [], "partial": True}
+        out = list(render(result))
+        out[1] = f"Run #{run['id']} ({run['status']}), {run['created_at']}, {run['machine_line']}"
+        return tuple(out)
+
+    def compare(a, b):
+        try:
+            return compare_markdown(hist().compare(parse_id(a), parse_id(b)))
+        except (KeyError, TypeError) as exc:
+            return f"Cannot compare: {exc}"
+
+    def delete(a):
+        ok = parse_id(a) is not None and hist().delete(parse_id(a))
+        return ("Deleted run #%s." % parse_id(a) if ok else "No such run."), history_rows(hist())
+
+    def export(a):
+        run = hist().get(parse_id(a)) if parse_id(a) else None
+        if run is None or not run["artifacts"] or not Path(run["artifacts"]).is_dir():
+            return "No report for that run.", None
+        base = Path(tempfile.mkdtemp(prefix="tandem-report-")) / f"tandem-pairlab-run-{run['id']}"
+        archive = shutil.make_archive(str(base), "zip", run["artifacts"])
+        return f"Report of run #{run['id']}: report.md with the plots and cells.csv.", archive
+
+    refresh_btn.click(lambda: history_rows(hist()), None, [runs], api_visibility="private")
+    show_btn.click(show, [run_a], outputs, api_visibility="private")
+    compare_btn.click(compare, [run_a, run_b], [history_md], api_visibility="private")
+    delete_btn.click(delete, [run_a], [history_md, runs], api_visibility="private")
+    export_btn.click(export, [run_a], [history_md, report_file], api_visibility="private")
+
+
+def _command(req: LabRequest, pair_id: Optional[str]) -> str:
+    parts = ["python launcher.py tune"] + ([f"--pair {pair_id}"] if pair_id else [])
+    if req.drafts != "all":
+        parts.append(f"--drafts {req.drafts}")
+    if req.ks:
+        parts.append(f"--k {req.ks}")
+    if req.suite != "all":
+        parts.append(f"--suite {req.suite}")
+    if req.max_tokens:
+        parts.append(f"--max-tokens {req.max_tokens}")
+    if req.temperature:
+        parts.append(f"--temperature {req.temperature:g}")
+    if req.quick:
+        parts.append("--quick")
+    return " ".join(parts)
