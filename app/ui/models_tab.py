@@ -1,0 +1,188 @@
+"""The Models tab: installed models, catalog pairs with fit labels and verdicts, pull with progress and cancel,
+import, delete, compatibility check, derived drafts, and a hardware summary. All logic is in ``app.models``."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import gradio as gr
+
+from app.ui.state import AppState
+
+INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
+PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "compatible", "installed", "why"]
+
+
+def _installed_rows() -> list[list[Any]]:
+    from app.models import library
+
+    rows = []
+    for rec in library.installed():
+        m = rec.get("meta") or {}
+        rows.append([rec["id"], m.get("architecture", "?"), f"{m.get('params', 0) / 1e6:.0f}M", m.get("quant", "?"),
+                     m.get("context_length", ""), m.get("n_vocab", ""), m.get("vocab_fingerprint", ""),
+                     rec.get("source", ""), rec["path"] if not rec.get("error") else rec["error"]])
+    return rows
+
+
+def _pair_rows(vram: float | None, ram: float | None, ctx: int) -> tuple[list[list[Any]], str, str]:
+    from app.models import advice, hardware
+    from app.models.fit import Settings
+
+    machine = hardware.override(hardware.detect(), vram or None, ram or None)
+    rows = advice.label_pairs(machine=machine, settings=Settings(ctx=int(ctx or 4096)))
+    best = advice.recommend(rows)
+    table = [[r["pair"], ", ".join(r["use"]), r["label"],
+              round(r["estimated_bytes"] / 2**30, 2) if r.get("estimated_bytes") else None,
+              f"{r.get('target_gpu_layers', 0)}/{r.get('target_layers', '?')}",
+              {True: "yes", False: "NO", None: "not checked"}[r["compatible"]],
+              "yes" if r["installed"] else "no", r.get("reason") or r.get("compat_reason", "")] for r in rows]
+    rec = "; ".join(f"best for {use}: {pid or 'none fits'}" for use, pid in best.items())
+    return table, hardware.summary(machine), rec
+
+
+def build(state: AppState) -> None:
+    """Build the tab inside an open ``gr.Tab`` context."""
+    from app.models.catalog import load
+
+    cat = load()
+    hub_models = [m.id for m in cat.models.values() if m.repo]
+    cancels: dict[str, threading.Event] = {}  # per browser session: the download in progress
+
+    gr.Markdown("### Installed models")
+    installed = gr.Dataframe(headers=INSTALLED_COLS, value=_installed_rows(), interactive=False, wrap=True)
+    with gr.Row():
+        refresh = gr.Button("Refresh", size="sm")
+        model_id = gr.Textbox(label="Model id (delete / derive)", scale=2)
+        delete = gr.Button("Delete", variant="stop", size="sm")
+    with gr.Row():
+        import_path = gr.Textbox(label="Import a local .gguf by path", scale=3)
+        import_file = gr.File(label="…or upload one", file_types=[".gguf"], scale=2)
+        import_btn = gr.Button("Import", size="sm")
+
+    gr.Markdown("### Catalog pairs on this machine")
+    with gr.Row():
+        vram = gr.Number(label="GPU GiB (blank: detected, 0: none)", value=None)
+        ram = gr.Number(label="RAM GiB (blank: detected)", value=None)
+        ctx = gr.Number(label="Context", value=4096, precision=0)
+        fit_btn = gr.Button("Estimate", size="sm")
+    hardware_box = gr.Textbox(label="Hardware", lines=3, interactive=False)
+    recommendation = gr.Textbox(label="Recommendation", interactive=False)
+    pairs = gr.Dataframe(headers=PAIR_COLS, interactive=False, wrap=True)
+
+    gr.Markdown("### Download from the Hub")
+    with gr.Row():
+        pull_choice = gr.Dropdown(choices=hub_models, label="Catalog model", allow_custom_value=False, scale=2)
+        repo = gr.Textbox(label="…or REPO_ID", scale=2)
+        filename = gr.Textbox(label="FILENAME", scale=2)
+    with gr.Row():
+        pull_btn = gr.Button("Download", variant="primary")
+        cancel_btn = gr.Button("Cancel download")
+
+    gr.Markdown("### Check a pair / derive a draft")
+    with gr.Row():
+        target = gr.Textbox(label="Target (id, catalog id or path)")
+        draft = gr.Textbox(label="Draft (id, catalog id or path)")
+        check_btn = gr.Button("Check compatibility")
+    with gr.Row():
+        quant = gr.Dropdown(choices=["Q4_0", "Q2_K"], value="Q4_0", label="Derived draft quantization")
+        derive_btn = gr.Button("Derive a draft from the model id above")
+    status = gr.Textbox(label="Result", lines=3, interactive=False)
+    details = gr.JSON(label="Details")
+
+    def do_refresh():
+        return _installed_rows()
+
+    def do_fit(vram_v, ram_v, ctx_v):
+        table, hw, rec = _pair_rows(vram_v, ram_v, ctx_v)
+        return table, hw, rec
+
+    def do_delete(mid):
+        from app.models import library
+
+        try:
+            msg = library.delete((mid or "").strip())
+        except library.LibraryError as exc:
+            msg = f"error: {exc}"
+        return msg, _installed_rows()
+
+    def do_import(path, upload):
+        from app.models import library
+
+        src = upload if upload else (path or "").strip()
+        if not src:
+            return "error: give a path or upload a .gguf", _installed_rows()
+        try:
+            rec = library.import_gguf(src, copy=bool(upload))
+            msg = f"imported {rec['id']}: {rec['path']}"
+        except (library.LibraryError, OSError) as exc:
+            msg = f"error: {exc}"
+        return msg, _installed_rows()
+
+    def do_pull(choice, repo_v, file_v, request: gr.Request, progress=gr.Progress()):
+        from app.models import download
+
+        key = getattr(request, "session_hash", None) or "default"
+        event = cancels[key] = threading.Event()
+
+        def report(done: int, total: int) -> None:
+            progress(done / total if total else 0, desc=f"{done / 2**20:.0f} of {total / 2**20:.0f} MiB")
+
+        try:
+            if repo_v and file_v:
+                path = download.pull(repo_v.strip(), file_v.strip(), progress=report, cancel=event)
+            elif choice:
+                path = download.pull_entry(load().models[choice], progress=report, cancel=event)
+            else:
+                return "error: choose a catalog model or give REPO_ID and FILENAME", gr.update()
+            return f"installed {path}", _installed_rows()
+        except Exception as exc:  # noqa: BLE001 - every failure is shown with its message
+            return f"error: {exc}", _installed_rows()
+        finally:
+            cancels.pop(key, None)
+
+    def do_cancel(request: gr.Request):
+        event = cancels.get(getattr(request, "session_hash", None) or "default")
+        if event is not None:
+            event.set()
+            return "cancelling; the part already downloaded is kept for the next try"
+        return "no download in progress"
+
+    def do_check(t, d):
+        from app.models.compat import CompatError, check_pair
+
+        try:
+            v = check_pair((t or "").strip(), (d or "").strip())
+        except CompatError as exc:
+            return f"error: {exc}", None
+        data = v.to_dict()
+        for side in ("target", "draft"):  # "path" keys would read as file objects to API clients
+            data[side].pop("meta", None)
+            data[side]["file"] = data[side].pop("path")
+        head = "compatible" if v.ok else "INCOMPATIBLE"
+        return f"{head}: {v.reason}", data
+
+    def do_derive(mid, q, progress=gr.Progress()):
+        from app.models.derive import DeriveError, derive_draft
+        from app.models.fileops import DiskFullError
+
+        def report(done: int, total: int) -> None:
+            progress(done / total if total else 0, desc="quantizing")
+
+        try:
+            out = derive_draft((mid or "").strip(), q, progress=report)
+        except (DeriveError, DiskFullError) as exc:
+            return f"error: {exc}", None, _installed_rows()
+        out["file"] = out.pop("path")
+        return f"derived {out['id']} ({'compatible' if out['compatible'] else 'INCOMPATIBLE'})", out, \
+            _installed_rows()
+
+    refresh.click(do_refresh, None, installed, api_name="models_refresh")
+    fit_btn.click(do_fit, [vram, ram, ctx], [pairs, hardware_box, recommendation], api_name="models_fit")
+    delete.click(do_delete, model_id, [status, installed], api_name="models_delete")
+    import_btn.click(do_import, [import_path, import_file], [status, installed], api_name="models_import")
+    pull_btn.click(do_pull, [pull_choice, repo, filename], [status, installed], api_name="models_pull")
+    cancel_btn.click(do_cancel, None, status, api_name="models_cancel")
+    check_btn.click(do_check, [target, draft], [status, details], api_name="models_check")
+    derive_btn.click(do_derive, [model_id, quant], [status, details, installed], api_name="models_derive")
