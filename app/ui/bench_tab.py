@@ -75,6 +75,42 @@ def _categories(result: Optional[dict]) -> gr.Dropdown:
     return gr.Dropdown(choices=cats, value=cats[0] if cats else None)
 
 
+def render_result(result: Optional[dict], hist: History) -> tuple:
+    """Values for (result state, status, recommendation, category, 3 plots, cells table, history table)."""
+    head = ""
+    if result:
+        head = (f"Run #{result.get('run_id')}: {result.get('runs_done')}/{result.get('runs_total')} runs in "
+                f"{result.get('duration_s')} s" + (" — **cancelled, partial**" if result.get("partial") else ""))
+        if result.get("tuned"):
+            head += ". Saved as this machine's defaults for Chat and Compare."
+    return (result, head, recommendation_md(result), _categories(result), *_images(result),
+            cells_rows(result), history_rows(hist))
+
+
+def apply_recommendation(state, result: Optional[dict], cat: Optional[str]) -> str:
+    """"Use this": store the category's choice as this machine's tuned settings, make it the defaults of Chat
+    and Compare, and load the recommended draft if another one is loaded. Returns a line for the user."""
+    if not result or not result.get("recommendations"):
+        return "Run a sweep first."
+    cat = cat if cat in result["recommendations"] else "all"
+    settings = tuned_settings(result, cat)
+    if state.pair_id:
+        save_tuned(state.pair_id, settings)
+    state.apply_defaults(settings)
+    note = ""
+    loaded = state.pair.draft.path if state.pair is not None and state.pair.draft is not None else None
+    wanted = settings["draft"] if settings["proposer"] == "draft" else None
+    if wanted and state.pair is not None and (loaded is None or Path(wanted).resolve() != Path(loaded).resolve()):
+        try:
+            state.load(state.target_path, wanted, state.target_options, state.draft_options, pair_id=state.pair_id)
+            note = f" Loaded draft {Path(wanted).name}."
+        except Exception as exc:  # the old pair stays loaded
+            note = f" Could not load that draft ({exc}); the current one stays."
+    rec = result["recommendations"][cat]
+    return (f"Chat and Compare now default to {rec['draft']}, K={k_label(rec)}"
+            f"{'' if settings['speculative'] else ' (speculation off: nothing beat plain decoding)'}.{note}")
+
+
 def build(state) -> None:
     """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults)."""
     cancel = threading.Event()
@@ -162,14 +198,7 @@ def build(state) -> None:
             state.generation_lock.release()
 
     def render(result: Optional[dict]):
-        head = ""
-        if result:
-            head = (f"Run #{result.get('run_id')}: {result['runs_done']}/{result['runs_total']} runs in "
-                    f"{result['duration_s']} s" + (" — **cancelled, partial**" if result.get("partial") else ""))
-            if result.get("tuned"):
-                head += ". Saved as this machine's defaults for Chat and Compare."
-        return (result, head, recommendation_md(result), _categories(result), *_images(result),
-                cells_rows(result), history_rows(hist()))
+        return render_result(result, hist())
 
     outputs = [current, status, recommendation, category, plot_k, plot_pos, plot_mp, cells, runs]
     run_btn.click(tune, [drafts, ks, suite, max_tokens, temperature, quick], [result_json], api_name="tune",
@@ -196,25 +225,7 @@ def build(state) -> None:
     drafts_btn.click(list_drafts, None, [status], api_visibility="private", **GEN)
 
     def use_this(result: Optional[dict], cat: Optional[str]):
-        if not result or not result.get("recommendations"):
-            return "Run a sweep first."
-        cat = cat if cat in result["recommendations"] else "all"
-        settings = tuned_settings(result, cat)
-        if state.pair_id:
-            save_tuned(state.pair_id, settings)
-        state.apply_defaults(settings)
-        note = ""
-        if settings["proposer"] == "draft" and settings["draft"] and state.pair is not None and \
-                Path(settings["draft"]).resolve() != Path(state.pair.draft.path if state.pair.draft else "").resolve():
-            try:
-                state.load(state.target_path, settings["draft"], state.target_options, state.draft_options,
-                           pair_id=state.pair_id)
-                note = f" Loaded draft {Path(settings['draft']).name}."
-            except Exception as exc:  # the old pair stays loaded
-                note = f" Could not load that draft ({exc}); the current one stays."
-        rec = result["recommendations"][cat]
-        return (f"Chat and Compare now default to {rec['draft']}, K={k_label(rec)}"
-                f"{'' if settings['speculative'] else ' (speculation off: nothing beat plain decoding)'}.{note}")
+        return apply_recommendation(state, result, cat)
 
     use_btn.click(use_this, [current, category], [use_status], api_visibility="private")
 

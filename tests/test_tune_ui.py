@@ -1,0 +1,68 @@
+"""The Benchmark tab driven end to end through its ``/tune`` endpoint with gradio_client (loopback only)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+gr = pytest.importorskip("gradio")
+gradio_client = pytest.importorskip("gradio_client")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def tab_app(smol_pair, smol_paths, tmp_path, monkeypatch):
+    (tmp_path / "models").symlink_to(Path(smol_paths[0]).parent, target_is_directory=True)
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    from app.ui import bench_tab
+    from app.ui.state import AppState
+
+    state = AppState(pair=smol_pair, pair_id="demo-smollm2", target_path=str(smol_paths[0]),
+                     draft_path=str(smol_paths[1]))
+    with gr.Blocks() as demo:
+        with gr.Tab("Benchmark"):
+            bench_tab.build(state)
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/", state
+    finally:
+        demo.close()
+
+
+def test_tune_endpoint_end_to_end(tab_app, smol_paths):
+    from app.engine.history import History
+    from app.engine.tuned import load_tuned
+
+    url, state = tab_app
+    client = gradio_client.Client(url, verbose=False)
+    draft = Path(smol_paths[1]).stem
+    result = client.predict(draft, "2,4", "all", 16, 0.0, True, api_name="/tune")
+    assert isinstance(result, dict) and not result["partial"]
+    assert {(c["draft"], c["k"]) for c in result["cells"]} == {(draft, 2), (draft, 4)}
+    best = max(result["cells"], key=lambda c: c["speedup"])
+    assert (result["best"]["draft"], result["best"]["k"]) == (best["draft"], best["k"])
+    assert all(Path(result["files"][n]).is_file() for n in ("csv", "speedup_vs_k", "report"))
+    assert History().get(result["run_id"])["status"] == "complete"
+    assert load_tuned("demo-smollm2")["k"] == best["k"]
+    assert not state.generation_lock.locked()  # the sweep gave the pair back
+
+    # what the tab shows after the run, and its "Use this" button
+    from app.ui import bench_tab
+
+    shown = bench_tab.render_result(result, History())
+    assert shown[1].startswith(f"Run #{result['run_id']}") and all(img is not None for img in shown[4:7])
+    assert len(shown[7]) == 2 and shown[8][0][0] == result["run_id"]
+    note = bench_tab.apply_recommendation(state, result, "code")
+    assert "now default to" in note and state.defaults["k"] == result["recommendations"]["code"]["k"]
+    assert Path(state.pair.draft.path) == Path(smol_paths[1])
+
+    with pytest.raises(Exception, match="K"):  # a bad K is refused with a message, nothing runs
+        client.predict(draft, "0", "all", 16, 0.0, True, api_name="/tune")
