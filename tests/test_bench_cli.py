@@ -1,0 +1,99 @@
+"""The headless benchmark contract and first-run provisioning, through the real launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.engine.bench import PromptFileError, builtin_suite, load_prompts
+from app.models import fileops
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def launcher(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "launcher.py"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ))
+
+
+def test_bench_json_contract(tmp_path, smol_paths):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def square(x):"}\n'
+                       '{"messages": [{"role": "user", "content": "Name three colours."}]}\n')
+    out = tmp_path / "out.json"
+    proc = launcher("bench", "--pair", "demo-smollm2", "--prompts-file", str(prompts), "--max-tokens", "24",
+                    "--k", "auto", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    for key in ("baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted", "identical",
+                "mismatches", "c", "v", "bound", "efficiency", "k", "per_prompt"):
+        assert key in result, key
+    assert result["identical"] is True and result["mismatches"] == []
+    assert len(result["per_prompt"]) == 2 and result["k"] == "auto"
+    assert 0 < result["acceptance_rate"] <= 1 and result["mean_accepted"] >= 1
+    assert "median" in proc.stdout and "reproduce: python launcher.py bench" in proc.stdout
+
+
+def test_bench_lookup_with_reference(tmp_path, smol_paths):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a b c d a b c d a b c d a b"}\n')
+    out = tmp_path / "out.json"
+    proc = launcher("bench", "--prompts-file", str(prompts), "--max-tokens", "16", "--proposer", "lookup",
+                    "--reference", "llama-cpp-lookup", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["proposer"] == "lookup" and result["reference"]["kind"] == "llama-cpp-lookup"
+    assert result["reference"]["tps"] > 0 and result["identical"] is True
+
+
+def test_bad_prompts_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\nnot json\n')
+    proc = launcher("bench", "--prompts-file", str(bad), "--max-tokens", "4")
+    assert proc.returncode == 2
+    assert "bad.jsonl:2: not valid JSON" in proc.stderr
+    with pytest.raises(PromptFileError, match="exactly one of"):
+        from app.engine.bench import parse_prompts
+
+        parse_prompts(['{"prompt": "a", "messages": []}'], "x.jsonl")
+    with pytest.raises(PromptFileError, match="cannot read"):
+        load_prompts(tmp_path / "missing.jsonl")
+
+
+def test_builtin_suite_covers_the_categories():
+    cats = {p.category for p in builtin_suite()}
+    assert cats == {"code", "chat", "summarize", "math"}
+    assert all(p.category == "math" for p in builtin_suite("math"))
+
+
+def test_setup_is_instant_on_rerun_and_files_are_verified(smol_paths):
+    proc = launcher("setup", "--pair", "demo-smollm2", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "pair demo-smollm2" in proc.stdout
+    for path in smol_paths:
+        assert fileops.is_done(path) and fileops.recorded_sha256(path)
+        assert not path.with_name(path.name + ".part").exists()
+
+
+def test_a_tampered_file_is_not_trusted(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 100)
+    fileops.mark_done(f, fileops.sha256_file(f))
+    assert fileops.is_done(f)
+    f.write_bytes(b"GGUF" + b"\1" * 100)  # same size, new mtime: the manifest no longer matches
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 1_000_000))
+    assert not fileops.is_done(f)
+
+
+def test_atomic_output_leaves_nothing_on_failure(tmp_path):
+    dest = tmp_path / "x.bin"
+    with pytest.raises(RuntimeError):
+        with fileops.atomic_output(dest) as part:
+            part.write_bytes(b"half")
+            raise RuntimeError("interrupted")
+    assert not dest.exists() and not part.exists()
