@@ -163,3 +163,15 @@ def test_tune_cli_writes_json_and_lists_history(home, tmp_path, capsys, monkeypa
     assert f"#{data['run_id']}" in capsys.readouterr().out
     assert main(["tune", "--show", str(data["run_id"])]) == 0
     assert "# Tandem Pair lab" in capsys.readouterr().out
+
+
+def test_candidates_are_the_installed_compatible_drafts_and_lookup(smol_pair, smol_paths, home):
+    skipped = []
+    cfg = plan(smol_pair, LabRequest(drafts="all", ks="1-3,auto"), on_skip=lambda name, why: skipped.append(name))
+    ids = [c.id for c in cfg.candidates]
+    assert _draft_id(smol_paths) in ids and "lookup" in ids
+    assert not any("gemma" in i for i in ids) and all("gemma" in name for name in skipped)
+    assert cfg.ks == [1, 2, 3, "auto"] and cfg.cells()[-1] == ("auto", cfg.p_mins[0])
+    assert len(cfg.prompts) == 9 and cfg.max_tokens == tune.FULL_MAX_TOKENS
+    with pytest.raises(ValueError, match="unknown draft"):
+        plan(smol_pair, LabRequest(drafts="no-such-model"))

@@ -16,6 +16,7 @@ from app.engine.history import History, artifacts_root
 from app.engine.loop import DEFAULT_P_MIN
 from app.engine.pair import Pair
 from app.engine.report import write_artifacts
+from app.engine.vocab import check
 from app.engine.tuned import machine_info, save_tuned, settings_from_recommendation
 
 COMPAT_CACHE = "compat.json"
@@ -40,43 +41,59 @@ def _file_key(path: Path) -> str:
     return f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}"
 
 
-def discover(pair: Pair, on_skip: Optional[Callable[[str, str], None]] = None) -> list[tuple]:
-    """Every installed model that can draft for the pair's target (models dir and the target's folder),
-    as model candidates; verdicts are cached per (target, file) in ``TANDEM_HOME/pairlab/compat.json``."""
+def installed_files(pair: Pair) -> list[Path]:
+    """Installed GGUF files: the model library's list (catalog, downloaded, imported, derived) when it is
+    available, plus every ``*.gguf`` under the models directory and beside the target."""
+    found: list[Path] = []
+    try:
+        from app.models import library
+
+        found += [Path(rec["path"]) for rec in library.installed(with_meta=False)]
+    except Exception:  # no library (or an unreadable one): the folders below still count
+        pass
+    for folder in dict.fromkeys([paths.models_dir().resolve(), Path(pair.target.path).resolve().parent]):
+        found += [p for p in sorted(folder.rglob("*.gguf")) if ".part" not in p.name]
+    target = Path(pair.target.path).resolve()
+    unique = {str(p.resolve()): p for p in found if p.is_file() and p.resolve() != target}
+    return list(unique.values())
+
+
+def _verdict(pair: Pair, target_vocab, path: Path) -> tuple[bool, str]:
+    """llama.cpp's compatibility rule from the GGUF header (no weights loaded), else by opening the model."""
+    try:
+        from app.models import meta
+
+        verdict = check(target_vocab, meta.read(path)[1])
+        return bool(verdict.ok), verdict.reason
+    except Exception:
+        skipped: list = []
+        ok = bool(tune.compatible_drafts(pair.target, [path], lambda n, r: skipped.append(r)))
+        return ok, skipped[0] if skipped else ""
+
+
+def discover(pair: Pair, on_skip: Optional[Callable[[str, str], None]] = None) -> list[tune.Candidate]:
+    """Every installed model that can draft for the pair's target, as candidates; verdicts are cached per
+    (target, file) in ``TANDEM_HOME/pairlab/compat.json``."""
     cache_path = artifacts_root() / COMPAT_CACHE
     try:
         cache = json.loads(cache_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         cache = {}
-    target_key = _file_key(Path(pair.target.path))
-    verdicts = cache.setdefault(target_key, {})
-    dirs = list(dict.fromkeys([paths.models_dir().resolve(), Path(pair.target.path).resolve().parent]))
-    found, todo = [], []
-    for folder in dirs:
-        for path in sorted(folder.rglob("*.gguf")):
-            if path.resolve() == Path(pair.target.path).resolve():
-                continue
-            key = _file_key(path)
-            if key in verdicts:
-                ok, reason = verdicts[key]
-                if ok:
-                    found.append(tune.Candidate.model(path))
-                elif on_skip:
-                    on_skip(path.name, reason)
-            else:
-                todo.append((path, key))
-    for path, key in todo:
-        skipped: list = []
-        ok = bool(tune.compatible_drafts(pair.target, [path], lambda n, r: skipped.append(r)))
-        verdicts[key] = [ok, skipped[0] if skipped else ""]
+    verdicts = cache.setdefault(_file_key(Path(pair.target.path)), {})
+    found, changed, target_vocab = [], False, None
+    for path in installed_files(pair):
+        key = _file_key(path)
+        if key not in verdicts:
+            target_vocab = target_vocab or pair.target.vocab_info()
+            verdicts[key], changed = list(_verdict(pair, target_vocab, path)), True
+        ok, reason = verdicts[key]
         if ok:
             found.append(tune.Candidate.model(path))
         elif on_skip:
-            on_skip(path.name, verdicts[key][1])
-    if todo:
+            on_skip(path.name, reason)
+    if changed:
         cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
-    unique = {str(Path(c.path).resolve()): c for c in found}
-    return list(unique.values())
+    return found
 
 
 def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], None]] = None) -> tune.TuneConfig:
