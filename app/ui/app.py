@@ -58,6 +58,7 @@ def _optional_tab(name: str, state: AppState) -> None:
 
 def build_app(state: AppState) -> gr.Blocks:
     with gr.Blocks(title="Tandem — speculative decoding", analytics_enabled=False) as demo:
+        _api_endpoints(state)  # first, so /chat and /compare keep their names whatever the tabs call their handlers
         header = gr.HTML(_header(state), elem_id="tdm-header")
         with gr.Tabs():
             with gr.Tab("Chat", id="chat"):
@@ -65,12 +66,12 @@ def build_app(state: AppState) -> gr.Blocks:
             with gr.Tab("Compare", id="compare"):
                 compare_ctrl = compare_tab.build(state)
             with gr.Tab("Pair settings", id="pair"):
-                pair_info = pair_tab.build(state)
+                pair_info, pair_loaded = pair_tab.build(state)
             with gr.Tab("Models", id="models"):
                 _optional_tab("models_tab", state)
             with gr.Tab("Benchmark", id="bench"):
                 _optional_tab("bench_tab", state)
-        _api_endpoints(state)
+        pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False)
 
         def on_load():
             return [_header(state), pair_tab.info_html(state), *chat_ctrl.refresh(state),

@@ -51,9 +51,9 @@ def build(state: AppState) -> None:
                              elem_id="tdm-panel")
             counters = gr.HTML(counters_for(state, None, True), elem_id="tdm-counters")
             with gr.Row():
-                measure = gr.Button("Measure baseline", size="sm", elem_id="tdm-measure")
-            baseline_note = gr.HTML("")
-    ctrl = controls.build(state)
+                measure = gr.Button("Measure baseline", size="sm", elem_id="tdm-measure", scale=0, min_width=160)
+                baseline_note = gr.HTML("")
+            ctrl = controls.build(state, "chat")
 
     # --- handlers ------------------------------------------------------------------------------------------
 
@@ -70,7 +70,7 @@ def build(state: AppState) -> None:
         note = panel.status_html(WAITING, "wait") if state.busy else ""
         return hist, display(hist), note
 
-    def respond(hist: list, *values, request: gr.Request):
+    def respond(request: gr.Request, hist: list, *values):
         """Stream the assistant's reply: chatbot, panel, counters, status, history, last-run summary."""
         if not hist or hist[-1]["role"] != "user":
             yield gr.update(), gr.update(), gr.update(), panel.status_html("Nothing to answer yet.", "info"), \
@@ -107,7 +107,7 @@ def build(state: AppState) -> None:
         if live.error:  # e.g. the prompt is past the context: drop the turn, give the text back
             hist = hist[:-1]
             yield (display(hist), gr.update(), gr.update(), panel.status_html(live.error, "error"), hist,
-                   gr.update(), live_message(live, messages))
+                   gr.update(), messages[-1]["content"])
             return
         hist = hist + [{"role": "assistant", "content": live.text}]
         summary = live.summary()
@@ -116,9 +116,6 @@ def build(state: AppState) -> None:
         note = panel.status_html(f"{done.capitalize()} · {len(live.tokens)} tokens · {tps:.1f} tok/s", "ok")
         yield (display(hist), panel.tokens_html(live.tokens), counters_for(state, summary, spec), note, hist,
                {"summary": summary, "speculative": spec}, gr.update())
-
-    def live_message(live, messages) -> str:
-        return messages[-1]["content"] if messages else ""
 
     def do_stop(request: gr.Request):
         stopped = state.request_stop(request.session_hash if request else "anon")

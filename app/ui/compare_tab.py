@@ -33,12 +33,13 @@ def build(state: AppState) -> controls.Controls:
     result = gr.HTML("", elem_id="tdm-compare-result")
     with gr.Accordion("This session's comparisons", open=True):
         hist_view = gr.HTML(panel.history_html([]), elem_id="tdm-compare-history")
-    ctrl = controls.build(state, speculation_switch=False)
+    ctrl = controls.build(state, "compare", speculation_switch=False)
 
     def announce():
-        return panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
+        note = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
+        return note, ""
 
-    def compare_ui(text: str, history: list, *values, request: gr.Request):
+    def compare_ui(request: gr.Request, text: str, history: list, *values):
         keep = (gr.update(),) * 4
         if not text or not text.strip():
             yield *keep[:2], gr.update(), panel.status_html("Type a prompt first.", "info"), history, gr.update()
@@ -73,8 +74,6 @@ def build(state: AppState) -> controls.Controls:
             yield gr.update(), gr.update(), "", panel.status_html("Stopped: no result recorded.", "info"), \
                 history, gr.update()
             return
-        if not greedy:
-            payload["identical_expected"] = False
         history = (history + [payload])[-20:]
         yield (gr.update(), gr.update(), panel.compare_row_html(_row(payload, greedy)), "", history,
                panel.history_html(history))
@@ -85,7 +84,7 @@ def build(state: AppState) -> controls.Controls:
 
     outputs = [plain_view, spec_view, result, status, runs, hist_view]
     for trigger in (run.click, prompt.submit):
-        trigger(announce, None, [status], queue=False, api_visibility="private").then(
+        trigger(announce, None, [status, result], queue=False, api_visibility="private").then(
             compare_ui, [prompt, runs, *ctrl.components], outputs, api_visibility="private", show_progress="hidden",
             **GEN)
     stop.click(do_stop, None, [status], queue=False, api_visibility="private")

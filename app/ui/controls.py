@@ -15,10 +15,12 @@ K_CHOICES = ["auto"] + [str(k) for k in range(1, 17)]
 
 @dataclass
 class Controls:
+    prefix: str = ""
     names: list[str] = field(default_factory=list)
     components: list[Any] = field(default_factory=list)
 
     def add(self, name: str, component: Any) -> Any:
+        component.elem_id = f"tdm-{self.prefix}-{name.replace('_', '-')}"
         self.names.append(name)
         self.components.append(component)
         return component
@@ -44,11 +46,11 @@ def _shown(name: str, value: Any) -> Any:
     return value
 
 
-def build(state: AppState, speculation_switch: bool = True, system_prompt: bool = True) -> Controls:
-    """Speculation and sampling controls, with defaults from ``state.defaults``."""
+def build(state: AppState, prefix: str, speculation_switch: bool = True, system_prompt: bool = True) -> Controls:
+    """Speculation and sampling controls, with defaults from ``state.defaults``; elem ids ``tdm-{prefix}-{name}``."""
     d = S.defaults(state.defaults)
-    c = Controls()
-    with gr.Accordion("Speculation", open=True):
+    c = Controls(prefix=prefix)
+    with gr.Accordion("Speculation", open=True, elem_id=f"tdm-{prefix}-speculation"):
         if speculation_switch:
             c.add("speculative", gr.Checkbox(
                 value=d["speculative"], label="Speculative decoding",
@@ -63,7 +65,7 @@ def build(state: AppState, speculation_switch: bool = True, system_prompt: bool 
         c.add("p_min", gr.Slider(
             0.0, 0.95, value=d["p_min"], step=0.05, label="p_min (auto K)",
             info="With K = auto, stop drafting when the draft's confidence falls below this."))
-    with gr.Accordion("Sampling", open=False):
+    with gr.Accordion("Sampling", open=False, elem_id=f"tdm-{prefix}-sampling"):
         with gr.Row():
             c.add("temperature", gr.Slider(0.0, 2.0, value=d["temperature"], step=0.05, label="Temperature",
                                            info="0 = greedy (deterministic)."))

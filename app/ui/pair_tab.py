@@ -102,7 +102,7 @@ def info_html(state: AppState) -> str:
         if m:
             gpu = "all" if m["n_gpu_layers"] < 0 else str(m["n_gpu_layers"])
             rows.append((role.capitalize(), f"{m['file']} · {m['desc']} · {m['n_params'] / 1e6:.0f}M params · "
-                                            f"{m['size_bytes'] / 2**20:.0f} MiB · GPU layers: {gpu}"))
+                                            f"weights {m['size_bytes'] / 2**20:.0f} MiB · GPU layers: {gpu}"))
         else:
             rows.append((role.capitalize(), "none"))
     body = "".join(f"<tr><td><b>{panel.esc(k)}</b></td><td>{panel.esc(v)}</td></tr>" for k, v in rows)
@@ -116,7 +116,8 @@ def _label_for(path: Optional[str], models: dict[str, str]) -> Optional[str]:
     return next((k for k, v in models.items() if Path(v) == Path(path)), None)
 
 
-def build(state: AppState) -> None:
+def build(state: AppState):
+    """Returns (pair info component, the load event) so the app can refresh its header after a load."""
     models = installed_models()
     pairs = catalog_pairs()
     with gr.Row():
@@ -128,7 +129,9 @@ def build(state: AppState) -> None:
                              info="The model whose output you get.", elem_id="tdm-target")
         draft = gr.Dropdown(choices=[NO_DRAFT, *models], value=_label_for(state.draft_path, models) or NO_DRAFT,
                             label="Draft", info="A small model with the same tokenizer.", elem_id="tdm-draft")
-    compat = gr.HTML("", elem_id="tdm-verdict")
+    loaded_ok = state.pair is not None and state.pair.draft is not None
+    compat = gr.HTML(panel.status_html("Compatible: the loaded pair passed llama.cpp's vocabulary check.", "ok")
+                     if loaded_ok else "", elem_id="tdm-verdict")
     with gr.Row():
         t_ngl = gr.Number(value=state.target_options.n_gpu_layers, precision=0, label="Target GPU layers",
                           info="-1 = all layers on the GPU; 0 = CPU only.")
@@ -190,6 +193,6 @@ def build(state: AppState) -> None:
     target.change(on_choose, [target, draft], [compat], api_visibility="private")
     draft.change(on_choose, [target, draft], [compat], api_visibility="private")
     refresh.click(on_refresh, None, [target, draft], api_visibility="private")
-    load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads], [status, info],
+    loaded = load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads], [status, info],
                    api_visibility="private", concurrency_id="load", concurrency_limit=1)
-    return info
+    return info, loaded

@@ -177,17 +177,18 @@ def history_html(history: Sequence[dict]) -> str:
     for i, r in enumerate(history):
         s = r.get("speedup") or 0.0
         bh = (s / top) * (h - 2 * pad)
-        x = pad + i * step + step * 0.15
+        bw = min(step * 0.7, 36.0)
+        x = pad + i * step + (step - bw) / 2
         cls = "tdm-svg-good" if s >= 1 else "tdm-svg-bad"
-        bars.append(f'<rect class="{cls}" x="{x:.1f}" y="{h - pad - bh:.1f}" width="{step * 0.7:.1f}" '
+        bars.append(f'<rect class="{cls}" x="{x:.1f}" y="{h - pad - bh:.1f}" width="{bw:.1f}" '
                     f'height="{bh:.1f}"><title>run {i + 1}: {s:.2f}×</title></rect>'
-                    f'<text x="{x + step * 0.35:.1f}" y="{h - 6}" class="tdm-svg-label">{i + 1}</text>')
+                    f'<text x="{x + bw / 2:.1f}" y="{h - 6}" text-anchor="middle" class="tdm-svg-label">{i + 1}</text>')
     svg = (f'<svg class="tdm-plot" viewBox="0 0 {w} {h}" role="img" aria-label="speedup per run">'
            f'<line x1="{pad}" x2="{w - pad}" y1="{y1:.1f}" y2="{y1:.1f}" class="tdm-svg-ref"/>'
            f'<text x="{w - pad}" y="{y1 - 3:.1f}" class="tdm-svg-label" text-anchor="end">1×</text>'
            f'{"".join(bars)}</svg>')
     rows = "".join(
-        f'<tr><td>{i + 1}</td><td>{esc(r.get("prompt", ""))[:60]}</td><td>{_fmt(r.get("plain_tps"), ".1f")}</td>'
+        f'<tr><td>{i + 1}</td><td>{esc(str(r.get("prompt", ""))[:60])}</td><td>{_fmt(r.get("plain_tps"), ".1f")}</td>'
         f'<td>{_fmt(r.get("spec_tps"), ".1f")}</td><td>{_fmt(r.get("speedup"), ".2f", "×")}</td>'
         f'<td>{_fmt(r.get("acceptance_rate"), ".0%")}</td>'
         f'<td>{"yes" if r.get("identical") else "no" if r.get("identical") is False else "–"}</td></tr>'
@@ -238,7 +239,10 @@ CSS = """
 .tdm-svg-good{fill:#22c55e}.tdm-svg-bad{fill:#ef4444}.tdm-svg-ref{stroke:#94a3b8;stroke-dasharray:3 3}
 .tdm-svg-label{font-size:9px;fill:var(--body-text-color-subdued)}
 .tdm-table{font-size:12px;border-collapse:collapse;margin-top:6px}
-.tdm-table td,.tdm-table th{padding:2px 8px;border-bottom:1px solid var(--border-color-primary);text-align:left}
+.tdm-table,.tdm-pairinfo{border:none!important;border-collapse:collapse}
+.tdm-table td,.tdm-table th{padding:2px 8px;border:none!important;border-bottom:1px solid var(--border-color-primary)!important;
+  text-align:left}
+.tdm-pairinfo td{border:none!important}
 .tdm-chat .message-content, .tdm-chat .message{white-space:pre-wrap}
 .tdm-pairinfo td{padding:2px 10px 2px 0;font-size:13px}
 """

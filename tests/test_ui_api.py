@@ -1,0 +1,79 @@
+"""The real app in a subprocess, driven through its named endpoints with gradio_client."""
+
+from __future__ import annotations
+
+import pytest
+
+from ui_server import app_url
+
+gradio_client = pytest.importorskip("gradio_client")
+
+
+@pytest.fixture(scope="module")
+def client():
+    return gradio_client.Client(app_url(), verbose=False)
+
+
+def test_chat_returns_text_stats_and_tokens(client):
+    out = client.predict("Name three fruits.", [], {"temperature": 0, "max_tokens": 24}, api_name="/chat")
+    assert out["text"].strip()
+    assert 0.0 <= out["acceptance_rate"] <= 1.0
+    assert out["mean_accepted"] >= 1.0
+    assert out["tokens_per_s"] > 0
+    assert out["tokens"] and {"text", "kind"} <= set(out["tokens"][0])
+    assert {t["kind"] for t in out["tokens"]} <= {"accepted", "corrected", "bonus", "plain"}
+    assert "".join(t["text"] for t in out["tokens"]) == out["text"]
+
+
+def test_chat_with_history_and_speculation_off(client):
+    history = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada!"}]
+    out = client.predict("What is my name?", history, {"temperature": 0, "max_tokens": 16, "speculative": False},
+                         api_name="/chat")
+    assert out["text"].strip()
+    assert {t["kind"] for t in out["tokens"]} == {"plain"}
+    assert out["mean_accepted"] == pytest.approx(1.0)
+
+
+def test_chat_streams_partial_results(client):
+    job = client.submit("Count from one to ten.", [], {"temperature": 0, "max_tokens": 32}, api_name="/chat")
+    outputs = list(job)
+    final = job.result()
+    assert final["status"] == "done"
+    assert len(outputs) >= 1
+    assert final["text"].startswith(outputs[-1]["text"][:1])
+
+
+def test_compare_at_temperature_zero_is_identical(client):
+    out = client.predict("List three colours.", {"temperature": 0, "max_tokens": 32}, api_name="/compare")
+    for key in ("plain_text", "spec_text", "identical", "speedup", "acceptance_rate", "plain_tps", "spec_tps"):
+        assert key in out
+    assert out["plain_text"] == out["spec_text"]
+    assert out["identical"] is True
+    assert out["plain_tps"] > 0 and out["spec_tps"] > 0
+    assert out["speedup"] == pytest.approx(out["spec_tps"] / out["plain_tps"])
+
+
+def test_compare_alternates_the_order(client):
+    first = client.predict("Say hello.", {"temperature": 0, "max_tokens": 8, "k": 4}, api_name="/compare")
+    second = client.predict("Say hello.", {"temperature": 0, "max_tokens": 8, "k": 4}, api_name="/compare")
+    assert {first["order"], second["order"]} == {"plain, then speculative", "speculative, then plain"}
+
+
+def test_unknown_settings_are_an_error_naming_them(client):
+    with pytest.raises(Exception) as err:
+        client.predict("hi", [], {"temprature": 0, "colour": "red"}, api_name="/chat")
+    assert "temprature" in str(err.value) and "colour" in str(err.value)
+    with pytest.raises(Exception) as err:
+        client.predict("hi", {"max_tokens": 4, "bogus": 1}, api_name="/compare")
+    assert "bogus" in str(err.value)
+
+
+def test_bad_values_and_long_prompts_keep_the_app_running(client):
+    with pytest.raises(Exception) as err:
+        client.predict("hi", [], {"temperature": -1}, api_name="/chat")
+    assert "temperature" in str(err.value)
+    with pytest.raises(Exception) as err:
+        client.predict("word " * 6000, [], {"max_tokens": 4}, api_name="/chat")
+    assert "context" in str(err.value).lower()
+    out = client.predict("Say hi.", [], {"temperature": 0, "max_tokens": 4}, api_name="/chat")
+    assert out["text"]

@@ -1,0 +1,64 @@
+"""Starts the real app once per test process (``launcher.py --no-browser --port <free>``) for the UI tests."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from app.testing import test_home
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+_server: dict = {}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def app_url(timeout: float = 300.0) -> str:
+    """URL of the running app, starting it on first use (TANDEM_HOME = the test cache)."""
+    if "url" in _server:
+        return _server["url"]
+    port = _free_port()
+    env = dict(os.environ, TANDEM_HOME=os.environ.get("TANDEM_HOME", str(test_home())), TANDEM_QUIET="1")
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "app-server.log", "w")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), "--no-browser", "--port", str(port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    atexit.register(_stop, proc, log)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        served = re.search(r"serving on (http://[\d.]+:\d+)", (ARTIFACTS / "app-server.log").read_text())
+        if served:  # the launcher moves to the next port if ours was taken meanwhile
+            url = served.group(1) + "/"
+        if proc.poll() is not None:
+            raise RuntimeError(f"the app exited with {proc.returncode}; see {ARTIFACTS / 'app-server.log'}")
+        try:
+            with urllib.request.urlopen(url + "gradio_api/info", timeout=5) as r:
+                if r.status == 200:
+                    _server["url"] = url
+                    return url
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"the app did not answer on {url} within {timeout:.0f}s")
+
+
+def _stop(proc: subprocess.Popen, log) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log.close()
