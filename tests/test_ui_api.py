@@ -77,3 +77,56 @@ def test_bad_values_and_long_prompts_keep_the_app_running(client):
     assert "context" in str(err.value).lower()
     out = client.predict("Say hi.", [], {"temperature": 0, "max_tokens": 4}, api_name="/chat")
     assert out["text"]
+
+
+# --- in-process: settings, pair switching and baselines (no server) ----------------------------------------
+
+def test_settings_defaults_aliases_and_unknown_keys():
+    from app.ui import settings as S
+
+    out = S.resolve({"spec": "off", "k": "4", "seed": -1}, S.defaults({"p_min": 0.5, "draft": "ignored"}))
+    assert out["speculative"] is False and out["k"] == 4 and out["seed"] is None and out["p_min"] == 0.5
+    assert out["max_tokens"] == S.DEFAULTS["max_tokens"]
+    with pytest.raises(S.SettingsError, match="nope"):
+        S.resolve({"nope": 1})
+    with pytest.raises(S.SettingsError, match="top_p"):
+        S.resolve({"top_p": 0})
+
+
+def test_failed_switch_keeps_the_previous_pair_working(smol_paths, gemma_paths, tmp_path):
+    from app.engine.backend import LoadOptions
+    from app.ui import api
+    from app.ui import settings as S
+    from app.ui.state import AppState
+
+    state = AppState()
+    opts = LoadOptions(n_ctx=1024)
+    state.load(smol_paths[0], smol_paths[1], opts)
+    first = state.pair
+    with pytest.raises(Exception, match="incompatible"):
+        state.load(smol_paths[0], gemma_paths[1], opts)  # a Gemma draft for a SmolLM2 target
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"this is not a GGUF file")
+    with pytest.raises(Exception):
+        state.load(bogus, None, opts)
+    assert state.pair is first
+    live = None
+    for _, live in api.chat_stream(state, [{"role": "user", "content": "Hi"}],
+                                   S.resolve({"temperature": 0, "max_tokens": 4}), __import__("threading").Event()):
+        pass
+    assert live.error is None and live.tokens
+    state.unload()
+    assert state.pair is None
+
+
+def test_baseline_is_measured_stored_and_reused(smol_pair, tmp_path, monkeypatch):
+    from app.ui.baseline import measure_baseline
+    from app.ui.state import AppState
+
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    state = AppState(pair=smol_pair)
+    assert state.baseline() is None
+    entry = measure_baseline(state, tokens=8, repeats=1)
+    assert entry["tps"] > 0
+    assert AppState(pair=smol_pair).baseline_tps() == pytest.approx(entry["tps"])  # a later session reuses it
+    assert (tmp_path / "baselines.json").exists()

@@ -84,6 +84,9 @@ class AppState:
         """Switch to a new pair. Waits for a running generation; on failure the previous pair stays loaded
         (and working) and the error propagates with its reason."""
         say = progress or (lambda f, d: None)
+        for path in (target_path, draft_path):
+            if path is not None:
+                check_gguf(path)
         with self._switch_lock:
             say(0.05, "waiting for the running generation to finish")
             with self.generation_lock:
@@ -154,6 +157,16 @@ class AppState:
         tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
         tmp.replace(path)
         return entry
+
+
+def check_gguf(path: str | Path) -> None:
+    """Refuse a missing or non-GGUF file up front (before the current pair is touched)."""
+    p = Path(path)
+    if not p.is_file():
+        raise BackendError(f"model file not found: {p}")
+    with open(p, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise BackendError(f"{p.name} is not a GGUF model file")
 
 
 def backend_name() -> str:
