@@ -104,3 +104,24 @@ def test_model_and_user_text_is_shown_not_run(page):
     assert page.locator("#tdm-chatbot img[src=x]").count() == 0
     assert page.dialogs == []
     shot(page, "chat-escaped")
+
+
+def test_a_second_client_waits_its_turn_and_is_told(page):
+    """While another client (here: the API) generates, a chat from the page says it is waiting, then runs."""
+    from gradio_client import Client
+
+    other = Client(app_url(), verbose=False)
+    job = other.submit("Write a very long story about a lighthouse.", [],
+                       {"temperature": 0, "max_tokens": 2048}, api_name="/chat")
+    try:
+        next(iter(job))  # the other generation is under way
+        page.click("#tdm-clear")
+        set_slider(page, "tdm-chat-max-tokens", 8)
+        send(page, "Say hi.")
+        page.wait_for_selector("#tdm-chat-status .tdm-status-wait")
+        assert "Waiting for another generation" in page.inner_text("#tdm-chat-status")
+        shot(page, "chat-waiting")
+    finally:
+        job.cancel()  # the app stops the abandoned generation within one step and frees the pair
+    page.wait_for_selector("#tdm-chat-status .tdm-status-ok")
+    assert page.locator("#tdm-panel .tdm-tok").count() > 0

@@ -130,3 +130,15 @@ def test_baseline_is_measured_stored_and_reused(smol_pair, tmp_path, monkeypatch
     assert entry["tps"] > 0
     assert AppState(pair=smol_pair).baseline_tps() == pytest.approx(entry["tps"])  # a later session reuses it
     assert (tmp_path / "baselines.json").exists()
+
+
+def test_non_loopback_host_needs_auth():
+    import subprocess
+    import sys
+
+    from ui_server import ROOT
+
+    run = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "--host", "0.0.0.0", "--no-browser"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "--auth" in run.stderr + run.stdout

@@ -1,8 +1,9 @@
 """The one place UI state lives (no module-level globals holding components or models).
 
 Owned by the UI; tabs receive the AppState instance in ``build(state)``. It holds the loaded pair and how it
-was loaded, the generation lock (one generation at a time per loaded pair), per-session stop switches, the
-session's comparison history and the plain-decoding baselines (persisted under ``paths.home()``).
+was loaded, the generation lock (one generation at a time per loaded pair), per-session stop switches and the
+plain-decoding baselines (persisted under ``paths.home()``). Each browser session's chat history and
+comparisons live in that session's ``gr.State``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,7 @@ class AppState:
     target_options: LoadOptions = field(default_factory=lambda: LoadOptions(n_ctx=4096, n_gpu_layers=-1))
     draft_options: Optional[LoadOptions] = None
     load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
-    compare_history: list[dict] = field(default_factory=list)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
-    _busy_since: Optional[float] = None
     _switch_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply_defaults(self, settings: dict[str, Any]) -> None:
