@@ -73,7 +73,7 @@ def test_small_sweep_artifacts_history_and_tuned(smol_pair, smol_paths, home):
     seen = []
     result = run_lab(smol_pair, cfg, "demo-smollm2", progress=lambda *a: seen.append(a))
     assert not result["partial"] and seen[-1][0] == seen[-1][1] == cfg.total_runs()
-    assert all(eta is not None and eta >= 0 for *_, eta in seen)
+    assert seen[0][0] == 0 and all(eta is not None and eta >= 0 for done, *_, eta in seen if done)
 
     cells = result["cells"]
     assert {(c["draft"], c["k"]) for c in cells} == {(d, k) for d in (_draft_id(smol_paths), "lookup")

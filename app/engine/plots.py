@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 PLOTS = {
     "speedup_vs_k": "speedup_vs_k.png",
@@ -99,6 +100,7 @@ def per_position(cells: Sequence[dict], path: Path) -> Path:
     if not drawn:
         _empty(ax)
     ax.set_ylim(-0.02, 1.05)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate at that position")
     ax.set_title("Per-position acceptance (each draft at its best K)")

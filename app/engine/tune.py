@@ -310,6 +310,8 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
     baselines: dict = {p.id: [] for p, _ in prompts}
     candidates = order_candidates(pair, cfg.candidates)
     partial = False
+    if progress:
+        progress(0, clock.total, "warm-up", None)
     try:
         if cfg.warmup and prompts and not cancelled():
             measure(pair, prompts[0][1], replace(cfg.gen(), max_tokens=min(16, cfg.max_tokens)))

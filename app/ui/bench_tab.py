@@ -202,7 +202,7 @@ def build(state) -> None:
 
     outputs = [current, status, recommendation, category, plot_k, plot_pos, plot_mp, cells, runs]
     run_btn.click(tune, [drafts, ks, suite, max_tokens, temperature, quick], [result_json], api_name="tune",
-                  **GEN).then(render, [result_json], outputs, api_visibility="private")
+                  show_progress_on=[recommendation, plot_k, plot_pos, plot_mp], **GEN).then(render, [result_json], outputs, api_visibility="private")
 
     def do_cancel():
         cancel.set()
