@@ -175,3 +175,27 @@ def test_candidates_are_the_installed_compatible_drafts_and_lookup(smol_pair, sm
     assert len(cfg.prompts) == 9 and cfg.max_tokens == tune.FULL_MAX_TOKENS
     with pytest.raises(ValueError, match="unknown draft"):
         plan(smol_pair, LabRequest(drafts="no-such-model"))
+
+
+def test_tuned_settings_are_per_machine_and_pair(home):
+    from app.engine.tuned import machine_info, save_tuned
+
+    here = machine_info()
+    other = dict(here, cpu="another CPU", fingerprint="0123456789ab")
+    save_tuned("demo-smollm2", {"proposer": "lookup", "draft": None, "k": 3, "p_min": 0.3,
+                                "expected_speedup": 1.2})
+    assert load_tuned("demo-smollm2")["k"] == 3
+    assert load_tuned("demo-smollm2", machine=other) is None and load_tuned("demo-gemma3") is None
+    save_tuned("demo-smollm2", {"proposer": "draft", "k": 5}, machine=other)
+    assert load_tuned("demo-smollm2")["k"] == 3 and load_tuned("demo-smollm2", machine=other)["k"] == 5
+
+
+def test_a_run_whose_process_died_reads_as_interrupted(home):
+    import sqlite3
+
+    hist = History()
+    run_id = hist.start("demo-smollm2", "t.gguf", {"quick": True}, {"fingerprint": "x"})
+    assert hist.get(run_id)["status"] == "running"
+    with sqlite3.connect(hist.path) as db:
+        db.execute("UPDATE runs SET pid = ? WHERE id = ?", (2**22 + 12345, run_id))
+    assert hist.list()[0]["status"] == "interrupted" and hist.get(run_id)["cells"] == []

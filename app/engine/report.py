@@ -80,7 +80,7 @@ def markdown(result: dict, meta: Optional[dict] = None, images: Optional[dict] =
     out += [f"- run: {meta.get('id', '-')} ({status}), {result.get('started_at', '')}, "
             f"{result.get('duration_s', '-')} s, {result.get('runs_done', '-')} runs",
             f"- machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
-            f"{machine.get('backend', '?')} backend, {machine.get('os', '')}",
+            f"GPU: {machine.get('gpu', 'none')}, {machine.get('backend', '?')} backend, {machine.get('os', '')}",
             f"- software: llama-cpp-python {machine.get('llama_cpp', '?')}, Python {machine.get('python', '?')}",
             f"- target: {result.get('target', '?')}; prompts: {len(cfg.get('prompts', []))}, "
             f"{cfg.get('max_tokens', '?')} tokens each, temperature {cfg.get('temperature', '?')}, "

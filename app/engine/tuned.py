@@ -48,6 +48,17 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def _gpus() -> str:
+    """The GPUs llama.cpp's ggml sees (names as ggml reports them), or 'none'."""
+    try:
+        from app.models.hardware import ggml_devices
+
+        names = [d.description or d.name for d in ggml_devices()]
+    except Exception:  # the model manager's probe is optional here
+        names = []
+    return ", ".join(names) or "none"
+
+
 @lru_cache(maxsize=1)
 def machine_info() -> dict:
     """What the speed of a pair depends on: CPU model and cores, backend (GPU), llama.cpp build, OS."""
@@ -64,6 +75,7 @@ def machine_info() -> dict:
         physical, logical, memory_gb = None, os.cpu_count(), None
     info = {
         "cpu": _cpu_model(),
+        "gpu": _gpus(),
         "cores": physical,
         "threads": logical,
         "memory_gb": memory_gb,
@@ -78,15 +90,16 @@ def machine_info() -> dict:
 
 
 def fingerprint(info: dict) -> str:
-    """A short stable hash of the fields that change speed (CPU, cores, backend, llama.cpp version)."""
-    key = "|".join(str(info.get(k)) for k in ("cpu", "cores", "backend", "llama_cpp", "arch"))
+    """A short stable hash of the fields that change speed (CPU, cores, GPU, backend, llama.cpp version)."""
+    key = "|".join(str(info.get(k)) for k in ("cpu", "cores", "gpu", "backend", "llama_cpp", "arch"))
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def describe_machine(info: Optional[dict] = None) -> str:
     """One line for people: 'AMD EPYC, 2 cores, CPU backend, llama-cpp-python 0.3.36'."""
     info = info or machine_info()
-    return (f"{info['cpu']}, {info['cores']} cores, {info['backend']} backend, "
+    gpu = "" if info.get("gpu", "none") == "none" else f", {info['gpu']}"
+    return (f"{info['cpu']}, {info['cores']} cores{gpu}, {info['backend']} backend, "
             f"llama-cpp-python {info['llama_cpp']}")
 
 
