@@ -125,3 +125,30 @@ def test_a_second_client_waits_its_turn_and_is_told(page):
         job.cancel()  # the app stops the abandoned generation within one step and frees the pair
     page.wait_for_selector("#tdm-chat-status .tdm-status-ok")
     assert page.locator("#tdm-panel .tdm-tok").count() > 0
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    box = page.locator(f"#{elem_id} input")
+    box.click()
+    box.fill(option)
+    page.locator("ul[role=listbox] li", has_text=option).first.click()
+
+
+def test_pair_settings_refuse_an_incompatible_draft_and_keep_the_pair(page):
+    page.get_by_role("tab", name="Pair settings").click()
+    page.wait_for_selector("#tdm-pairinfo table")
+    before = page.inner_text("#tdm-pairinfo")
+    assert "Backend" in before and "MiB" in before
+    choose(page, "tdm-draft", "gemma-3-270m-q4_k_m.gguf")
+    page.wait_for_selector("#tdm-verdict .tdm-status-error")
+    assert "Refused" in page.inner_text("#tdm-verdict")
+    page.click("#tdm-load")
+    page.wait_for_selector("#tdm-pair-status .tdm-status-error")
+    assert "previous pair is still loaded" in page.inner_text("#tdm-pair-status")
+    shot(page, "pair-refused")
+    choose(page, "tdm-draft", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    page.wait_for_selector("#tdm-verdict .tdm-status-ok")
+    page.get_by_role("tab", name="Chat").click()
+    page.click("#tdm-clear")
+    send(page, "Say hi.")
+    page.wait_for_selector("#tdm-chat-status .tdm-status-ok")  # the previous pair still answers

@@ -24,18 +24,14 @@ CTX_CHOICES = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 def installed_models() -> dict[str, str]:
     """{label: path} of the GGUF models on disk (the model library's list when it is available)."""
     found: dict[str, str] = {}
-    try:  # the model manager's library, if present
-        from app.models import library  # type: ignore
+    try:  # the model manager's library (catalog files and imported models)
+        from app.models import library
 
-        for fn_name in ("installed", "list_installed", "installed_models"):
-            fn = getattr(library, fn_name, None)
-            if callable(fn):
-                for item in fn():
-                    p = Path(getattr(item, "path", item))
-                    if p.suffix == ".gguf" and p.is_file():
-                        found[p.name] = str(p)
-                break
-    except Exception:
+        for rec in library.installed(with_meta=False):
+            p = Path(rec["path"])
+            if p.suffix == ".gguf" and p.is_file():
+                found[p.name] = str(p)
+    except Exception:  # the library is optional here: fall back to scanning the models folder
         pass
     root = paths.models_dir()
     for p in sorted(root.rglob("*.gguf")):
@@ -58,6 +54,12 @@ def catalog_pairs() -> dict[str, tuple[str, str, str]]:
 
 @functools.lru_cache(maxsize=16)
 def _vocab(path: str, mtime: float) -> VocabInfo:
+    try:  # the model manager's GGUF header reader, when present
+        from app.models import meta
+
+        return meta.read(path)[1]
+    except ImportError:
+        pass
     import gguf
 
     fields = gguf.GGUFReader(path).fields
@@ -106,8 +108,7 @@ def info_html(state: AppState) -> str:
         else:
             rows.append((role.capitalize(), "none"))
     body = "".join(f"<tr><td><b>{panel.esc(k)}</b></td><td>{panel.esc(v)}</td></tr>" for k, v in rows)
-    err = panel.status_html(f"Last load failed: {info['error']}", "error") if info.get("error") else ""
-    return f'{err}<table class="tdm-pairinfo">{body}</table>'
+    return f'<table class="tdm-pairinfo">{body}</table>'
 
 
 def _label_for(path: Optional[str], models: dict[str, str]) -> Optional[str]:
@@ -142,7 +143,7 @@ def build(state: AppState):
         threads = gr.Number(value=state.target_options.n_threads, precision=0, label="Threads",
                             info="CPU threads; 0 = all physical cores.")
     load_btn = gr.Button("Load pair", variant="primary", elem_id="tdm-load")
-    status = gr.HTML("")
+    status = gr.HTML("", elem_id="tdm-pair-status")
     info = gr.HTML(info_html(state), elem_id="tdm-pairinfo")
 
     def on_preset(label):

@@ -242,7 +242,7 @@ CSS = """
 .tdm-table,.tdm-pairinfo{border:none!important;border-collapse:collapse}
 .tdm-table td,.tdm-table th{padding:2px 8px;border:none!important;border-bottom:1px solid var(--border-color-primary)!important;
   text-align:left}
-.tdm-pairinfo td{border:none!important}
+.tdm-pairinfo td,.tdm-pairinfo tr,.tdm-table tr{border:none!important;background:transparent!important}
 .tdm-chat .message-content, .tdm-chat .message{white-space:pre-wrap}
 .tdm-pairinfo td{padding:2px 10px 2px 0;font-size:13px}
 """

@@ -158,6 +158,7 @@ def describe_error(exc: BaseException) -> str:
     text = str(exc) or name
     if name in ("ContextFullError",):
         return f"Prompt too long: {text}"
-    if name in ("TemplateError", "SettingsError", "ValueError", "RuntimeError", "RollbackError", "BackendError"):
+    if name in ("TemplateError", "SettingsError", "ValueError", "RuntimeError", "RollbackError", "BackendError",
+                "IncompatiblePair", "ProvisionError"):
         return text
     return f"{name}: {text}"
