@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
 import pytest
 
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # loopback only: no telemetry or update checks
 gr = pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -26,7 +28,7 @@ def tab_app(smol_pair, smol_paths, tmp_path, monkeypatch):
 
     state = AppState(pair=smol_pair, pair_id="demo-smollm2", target_path=str(smol_paths[0]),
                      draft_path=str(smol_paths[1]))
-    with gr.Blocks() as demo:
+    with gr.Blocks(analytics_enabled=False) as demo:
         with gr.Tab("Benchmark"):
             bench_tab.build(state)
     port = _free_port()
