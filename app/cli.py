@@ -82,7 +82,7 @@ def _test(args: argparse.Namespace) -> int:
     """Fetch the demo models into the test cache, then run pytest on the suite."""
     from app.testing import test_home
 
-    os.environ.setdefault("TANDEM_HOME", str(test_home()))
+    os.environ["TANDEM_HOME"] = str(test_home())  # never the user's own data dir
     print(f"[tandem] test data: {os.environ['TANDEM_HOME']}", flush=True)
     rc = _setup(argparse.Namespace(pair=None))
     if rc:

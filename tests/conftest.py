@@ -6,7 +6,8 @@ import os
 
 from app.testing import test_home
 
-os.environ.setdefault("TANDEM_HOME", str(test_home()))
+if not os.environ.get("TANDEM_HOME"):
+    os.environ["TANDEM_HOME"] = str(test_home())
 os.environ.setdefault("TANDEM_QUIET", "1")
 
 import pytest  # noqa: E402

@@ -21,7 +21,7 @@ import numpy as np
 
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
-from app.engine.stats import leviathan_bound
+from app.engine.stats import costs, pool
 
 CATEGORIES = ("code", "chat", "summarize", "math")
 
@@ -185,11 +185,8 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
                    spec: list[RunResult], cfg: GenConfig) -> dict:
     base = statistics.median(r.tps for r in plain)
     spec_tps = statistics.median(r.tps for r in spec)
-    s = _merge([r.stats for r in spec])
-    t_target = 1.0 / base if base else None
-    c = (s["t_draft"] / s["drafted"]) / t_target if t_target and s["drafted"] else None
-    v = (s["t_verify_spec"] / s["spec_steps"]) / t_target if t_target and s["spec_steps"] else None
-    bound = leviathan_bound(s["alpha"], s["mean_k"], c, v) if c is not None and v is not None else None
+    s = pool([r.stats for r in spec])
+    c, v, bound = costs(s, base)
     identical = all(r.tokens == plain[0].tokens for r in spec)
     mismatch = None
     if cfg.sampler.greedy and not identical:
@@ -206,41 +203,13 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
     }
 
 
-def _merge(stats: list[dict]) -> dict:
-    """Pool several runs' counters into one (rates recomputed from the sums)."""
-    keys = ("drafted", "accepted", "steps", "tokens", "t_draft", "t_verify", "t_verify_spec", "spec_steps",
-            "rejections")
-    s = {k: sum(st[k] for st in stats) for k in keys}
-    trials = s["accepted"] + s["rejections"]
-    s["alpha"] = s["accepted"] / trials if trials else 0.0
-    s["acceptance_rate"] = s["accepted"] / s["drafted"] if s["drafted"] else 0.0
-    s["mean_accepted"] = s["tokens"] / s["steps"] if s["steps"] else 0.0
-    s["mean_k"] = s["drafted"] / s["spec_steps"] if s["spec_steps"] else 0.0
-    s["tested_at"] = _sum_lists(st.get("tested_at", []) for st in stats)
-    s["accepted_at"] = _sum_lists(st.get("accepted_at", []) for st in stats)
-    s["histogram"] = _sum_lists(st.get("histogram", []) for st in stats)
-    s["per_position"] = [a / t if t else 0.0 for a, t in
-                         zip(s["accepted_at"] + [0] * len(s["tested_at"]), s["tested_at"])]
-    return s
-
-
-def _sum_lists(lists) -> list:
-    out: list = []
-    for values in lists:
-        if len(out) < len(values):
-            out.extend([0] * (len(values) - len(out)))
-        for i, n in enumerate(values):
-            out[i] += n
-    return out
-
-
 def _median(values: list) -> Optional[float]:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
 
 
 def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference: Optional[str] = None) -> dict:
-    pooled = _merge([p["_sums"] for p in per_prompt]) if per_prompt else {}
+    pooled = pool([p["_sums"] for p in per_prompt]) if per_prompt else {}
     speedup, bound = _median([p["speedup"] for p in per_prompt]), _median([p["bound"] for p in per_prompt])
     mismatches = [{"prompt": p["id"], **p["mismatch"]} for p in per_prompt if p["mismatch"]]
     return {

@@ -33,14 +33,15 @@ class StepEvent:
     t_draft: float  # seconds spent drafting
     t_verify: float  # seconds in the target's pass (decode + sampling)
     k: int  # the draft limit in force this step
+    t_step: float = 0.0  # wall seconds of the whole step (draft + verify + bookkeeping)
 
 
 @dataclass(frozen=True)
 class DoneEvent:
     reason: str  # "eog", "max_tokens", "stopped", "context"
     stats: dict = field(default_factory=dict)  # Stats.summary()
-    text: str = ""
-    tokens: tuple = ()
+    text: str = ""  # the whole generated text
+    tokens: tuple = ()  # generated token ids (end-of-generation token excluded)
 
     def as_dict(self) -> dict:
         return asdict(self)

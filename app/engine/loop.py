@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from app.engine.backend import ContextFullError, Model, RollbackError
+from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
 from app.engine.proposers import Draft, Proposer
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
@@ -29,9 +30,8 @@ from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
 RULES = ("rejection", "match")
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
-DEFAULT_K_START = 8
-DEFAULT_K_MAX = 12
-DEFAULT_P_MIN = 0.3
+DEFAULT_K_MAX = 16
+DEFAULT_P_MIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -58,25 +58,6 @@ class GenConfig:
         if not 0.0 <= self.p_min < 1.0:
             raise ValueError("p_min must be in [0, 1)")
         return self
-
-
-class DraftLength:
-    """Fixed K, or ``auto``: K grows by 2 after a fully accepted draft and shrinks by 1 after a rejection
-    (the schedule of Hugging Face's assisted generation), within [1, k_max]; drafting also stops early when
-    the draft's confidence falls below p_min (in the proposer)."""
-
-    def __init__(self, k: Union[int, str], k_max: int):
-        self.auto = k == "auto"
-        self.k_max = k_max if self.auto else int(k)
-        self.k = min(DEFAULT_K_START, self.k_max) if self.auto else int(k)
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if not self.auto or drafted == 0:
-            return
-        if accepted == drafted == self.k:
-            self.k = min(self.k + 2, self.k_max)
-        elif accepted < drafted:
-            self.k = max(self.k - 1, 1)
 
 
 class _Rows:
@@ -147,6 +128,7 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
 
     tokens = list(prompt)
     stream, stats, length = Utf8Stream(), Stats(), DraftLength(cfg.k, cfg.k_max)
+    text: list[str] = []
     emitted, step, reason = 0, 0, None
     while reason is None:
         if stop is not None and stop.is_set():
@@ -183,21 +165,22 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
             if emitted >= cfg.max_tokens:
                 reason = "max_tokens"
                 break
+        length.update(len(draft.tokens), n, draft.seconds, t_verify)
         step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
-                            t_draft=draft.seconds, t_verify=t_verify, k=k)
+                            t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step)
         stats.add(step_ev)
-        length.update(len(draft.tokens), n)
+        stats.t_total += step_ev.t_step
         step += 1
-        stats.t_total += time.perf_counter() - t_step
+        text.extend(e.text for e in events)
         yield from events
         yield step_ev
 
     tail = stream.flush()
     if tail:
+        text.append(tail)
         yield TokenEvent(token=-1, text=tail, kind=PLAIN, step=step, index=emitted)
-    generated = tokens[len(prompt):]
-    yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps),
-                    tokens=tuple(generated))
+    yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps), text="".join(text),
+                    tokens=tuple(tokens[len(prompt):]))
 
 
 def run(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from app.engine import vocab
 from app.engine.backend import LoadOptions, Model
@@ -46,16 +46,22 @@ class Pair:
             raise
 
     def set_draft(self, draft: Optional[Model]) -> None:
-        """Swap the draft model (closing the old one); raises IncompatiblePair and keeps the old one."""
+        """Replace the draft model, closing the old one; raises IncompatiblePair and keeps the old one."""
+        old = self.swap_draft(draft)
+        if old is not None:
+            old.close()
+
+    def swap_draft(self, draft: Optional[Model]) -> Optional[Model]:
+        """Replace the draft model and hand back the old one, still loaded (e.g. to put it back after a
+        sweep). An incompatible draft is closed and IncompatiblePair raised; the old one stays in place."""
         if draft is not None:
             try:
                 vocab.require(self._target_vocab, draft.vocab_info())
             except vocab.IncompatiblePair:
                 draft.close()
                 raise
-        if self.draft is not None:
-            self.draft.close()
-        self.draft = draft
+        old, self.draft = self.draft, draft
+        return old
 
     def proposer(self, cfg: GenConfig) -> Optional[Proposer]:
         if not cfg.speculative:
@@ -84,8 +90,10 @@ class Pair:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def generate(self, prompt: Sequence[int], cfg: GenConfig, stop: Optional[threading.Event] = None,
-                 baseline_tps: Optional[float] = None) -> Iterator[Event]:
-        return generate(self.target, prompt, cfg, self.proposer(cfg), stop=stop, baseline_tps=baseline_tps)
+                 baseline_tps: Optional[float] = None,
+                 on_prefill: Optional[Callable[[float], None]] = None) -> Iterator[Event]:
+        return generate(self.target, prompt, cfg, self.proposer(cfg), stop=stop, baseline_tps=baseline_tps,
+                        on_prefill=on_prefill)
 
     def reset(self) -> None:
         """Forget cached prompts (KV caches), e.g. before a benchmark run."""

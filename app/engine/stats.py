@@ -20,7 +20,7 @@ tokens per target pass).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
 from app.engine.events import StepEvent
 
@@ -151,3 +151,41 @@ class Stats:
 def _grow(values: list, n: int) -> None:
     if len(values) < n:
         values.extend([0] * (n - len(values)))
+
+
+def pool(summaries: Sequence[dict]) -> dict:
+    """Pool several runs' ``Stats.summary`` dicts: counters summed, rates recomputed from the sums."""
+    keys = ("drafted", "accepted", "rejections", "spec_steps", "steps", "tokens", "t_draft", "t_verify",
+            "t_verify_spec")
+    s = {k: sum(st.get(k, 0) for st in summaries) for k in keys}
+    trials = s["accepted"] + s["rejections"]
+    s["alpha"] = s["accepted"] / trials if trials else 0.0
+    s["acceptance_rate"] = s["accepted"] / s["drafted"] if s["drafted"] else 0.0
+    s["mean_accepted"] = s["tokens"] / s["steps"] if s["steps"] else 0.0
+    s["mean_k"] = s["drafted"] / s["spec_steps"] if s["spec_steps"] else 0.0
+    s["tested_at"] = _sum_lists(st.get("tested_at", []) for st in summaries)
+    s["accepted_at"] = _sum_lists(st.get("accepted_at", []) for st in summaries)
+    s["histogram"] = _sum_lists(st.get("histogram", []) for st in summaries)
+    s["per_position"] = [a / t if t else 0.0 for a, t in
+                         zip(s["accepted_at"] + [0] * len(s["tested_at"]), s["tested_at"])]
+    return s
+
+
+def costs(pooled: dict, baseline_tps: Optional[float]) -> tuple:
+    """(c, v, bound) from pooled stats and the plain tokens/s: c = draft cost per drafted token and v = cost
+    of a verify pass, both in plain target steps; bound = the predicted speedup (``leviathan_bound``)."""
+    if not baseline_tps or not pooled["drafted"] or not pooled["spec_steps"]:
+        return None, None, None
+    t_target = 1.0 / baseline_tps
+    c = pooled["t_draft"] / pooled["drafted"] / t_target
+    v = pooled["t_verify_spec"] / pooled["spec_steps"] / t_target
+    return c, v, leviathan_bound(pooled["alpha"], pooled["mean_k"], c, v)
+
+
+def _sum_lists(lists: Iterable[list]) -> list:
+    out: list = []
+    for values in lists:
+        out.extend([0] * (len(values) - len(out)))
+        for i, n in enumerate(values):
+            out[i] += n
+    return out

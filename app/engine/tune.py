@@ -23,7 +23,7 @@ from app.engine.bench import Prompt, measure
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair
 from app.engine.sampling import SamplerSettings
-from app.engine.stats import leviathan_bound
+from app.engine.stats import costs, pool
 from app.engine.vocab import IncompatiblePair, check
 
 BASELINE_EVERY = 4  # speculative runs between two plain baselines of the same prompt
@@ -175,42 +175,6 @@ def _median(values) -> Optional[float]:
     return statistics.median(values) if values else None
 
 
-def pool(stats: Sequence[dict]) -> dict:
-    """Pool run stats (``Stats.summary`` dicts): counters summed, rates recomputed from the sums."""
-    keys = ("drafted", "accepted", "rejections", "spec_steps", "steps", "tokens", "t_draft", "t_verify_spec")
-    s = {k: sum(st.get(k, 0) for st in stats) for k in keys}
-    trials = s["accepted"] + s["rejections"]
-    s["alpha"] = s["accepted"] / trials if trials else 0.0
-    s["acceptance_rate"] = s["accepted"] / s["drafted"] if s["drafted"] else 0.0
-    s["mean_accepted"] = s["tokens"] / s["steps"] if s["steps"] else 0.0
-    s["mean_k"] = s["drafted"] / s["spec_steps"] if s["spec_steps"] else 0.0
-    tested, accepted = _sum_lists(st.get("tested_at", []) for st in stats), \
-        _sum_lists(st.get("accepted_at", []) for st in stats)
-    s["tested_at"], s["accepted_at"] = tested, accepted
-    s["per_position"] = [a / t if t else 0.0 for a, t in zip(accepted + [0] * len(tested), tested)]
-    return s
-
-
-def _sum_lists(lists) -> list:
-    out: list = []
-    for values in lists:
-        out.extend([0] * (len(values) - len(out)))
-        for i, n in enumerate(values):
-            out[i] += n
-    return out
-
-
-def costs(s: dict, baseline_tps: Optional[float]) -> tuple:
-    """(c, v, bound) from pooled stats and the plain tokens/s: c = draft cost per token and v = verify cost
-    per pass, both in plain target steps; bound = Leviathan et al.'s predicted speedup with v."""
-    if not baseline_tps or not s["drafted"] or not s["spec_steps"]:
-        return None, None, None
-    t_target = 1.0 / baseline_tps
-    c = s["t_draft"] / s["drafted"] / t_target
-    v = s["t_verify_spec"] / s["spec_steps"] / t_target
-    return c, v, leviathan_bound(s["alpha"], s["mean_k"], c, v)
-
-
 def _prompt_entry(prompt: Prompt, runs: list[tuple[dict, float]]) -> dict:
     """One prompt's figures for one cell from its (spec stats, paired baseline tokens/s) runs."""
     speedups = [st["tokens_per_s"] / base for st, base in runs if base]
@@ -265,11 +229,11 @@ def recommend(cells: Sequence[dict], categories: Sequence[str]) -> dict:
 
 
 class _DraftSlot:
-    """Loads each candidate draft into the pair once; puts the pair's own draft back at the end."""
+    """Loads each candidate draft into the pair once; puts the pair's own draft (kept loaded) back at the end."""
 
     def __init__(self, pair: Pair):
         self.pair = pair
-        self.original = str(pair.draft.path) if pair.draft is not None else None
+        self.original = pair.draft
 
     def use(self, cand: Candidate) -> None:
         if cand.proposer != "draft":
@@ -277,17 +241,19 @@ class _DraftSlot:
         current = self.pair.draft
         if current is not None and Path(current.path).resolve() == Path(cand.path).resolve():
             return
-        self.pair.set_draft(self._load(cand.path))
+        self._release(self.pair.swap_draft(self._load(cand.path)))
 
     def _load(self, path: str) -> Model:
         t = self.pair.target
         return Model(path, LoadOptions(n_ctx=t.n_ctx, n_gpu_layers=-1, n_threads=t.n_threads, n_batch=t.n_batch))
 
+    def _release(self, model: Optional[Model]) -> None:
+        if model is not None and model is not self.original:
+            model.close()
+
     def restore(self) -> None:
-        current = str(self.pair.draft.path) if self.pair.draft is not None else None
-        if current == self.original:
-            return
-        self.pair.set_draft(self._load(self.original) if self.original else None)
+        if self.pair.draft is not self.original:
+            self._release(self.pair.swap_draft(self.original))
 
 
 def order_candidates(pair: Pair, candidates: Sequence[Candidate]) -> list[Candidate]:
