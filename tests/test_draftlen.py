@@ -20,16 +20,16 @@ def simulate(alpha: float, t_draft: float, a: float, b: float, steps: int = 200,
     return length
 
 
-def best_fixed_k(alpha: float, c: float, a: float, b: float) -> int:
-    return max(range(1, 17), key=lambda k: expected_tokens(alpha, k) / (k * c + a + b * (k + 1)))
+def rate(alpha: float, k: int, c: float, a: float, b: float) -> float:
+    return expected_tokens(alpha, k) / (k * c + a + b * (k + 1))
 
 
-def test_auto_k_lands_near_the_best_fixed_k():
+def test_auto_k_is_within_a_few_percent_of_the_best_fixed_k():
     for alpha, c, a, b in [(0.98, 0.4, 1.0, 0.1), (0.7, 0.4, 1.0, 0.1), (0.9, 0.05, 1.0, 0.01)]:
         length = simulate(alpha, c, a, b)
-        assert abs(length.alpha - alpha) < 0.08
-        best = best_fixed_k(alpha, c, a, b)
-        assert abs(length.k - best) <= 2, (alpha, c, length.k, best)
+        assert abs(length.alpha - alpha) < 0.1
+        best = max(rate(alpha, k, c, a, b) for k in range(1, 17))
+        assert rate(alpha, length.k, c, a, b) >= 0.95 * best, (alpha, c, length.k)
 
 
 def test_cheap_drafts_and_flat_verification_draft_longer():

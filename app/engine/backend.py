@@ -57,6 +57,7 @@ class LoadOptions:
     n_gpu_layers: int = 0  # -1 = all
     n_threads: int = 0  # 0 = all cores
     n_batch: int = 512
+    mmap: bool = True  # False reads the weights into memory instead of mapping the file
 
 
 def default_threads() -> int:
@@ -78,6 +79,7 @@ class Model:
             raise BackendError(f"model file not found: {self.path}")
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
+        mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE
         self.model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self.model:
             raise BackendError(f"llama.cpp could not load {self.path.name}: not a valid GGUF model file?")

@@ -23,9 +23,11 @@ from typing import Union
 
 from app.engine.stats import expected_tokens
 
-PRIOR_ALPHA, PRIOR_TRIALS = 0.8, 4.0  # a weak prior: four judged tokens at 80%
-FORGET = 0.97  # per step: evidence older than ~30 steps fades
+PRIOR_ALPHA, PRIOR_TRIALS = 0.9, 4.0  # a weak prior: four judged tokens at 90%
+FORGET_ALPHA = 0.9  # per step: acceptance follows the last ~10 steps (acceptance comes in bursts)
+FORGET_COST = 0.98  # per step: costs change slowly; older passes fade over ~50 steps
 PRIOR_SLOPE = 0.1  # b / a before the verify passes vary enough to fit the slope
+PRIOR_WEIGHT = 8.0  # the slope prior counts as this many passes (timings are noisy on shared machines)
 
 
 class DraftLength:
@@ -47,29 +49,30 @@ class DraftLength:
         if not self.auto or drafted == 0:
             return
         judged = min(accepted + 1, drafted)
-        self.accepted = self.accepted * FORGET + accepted
-        self.trials = self.trials * FORGET + judged
+        self.accepted = self.accepted * FORGET_ALPHA + accepted
+        self.trials = self.trials * FORGET_ALPHA + judged
         per_token = t_draft / drafted
         self.t_d = per_token if self.t_d is None else 0.8 * self.t_d + 0.2 * per_token
         n = drafted + 1
-        self._w = self._w * FORGET + 1.0
-        self._n = self._n * FORGET + n
-        self._t = self._t * FORGET + t_verify
-        self._nn = self._nn * FORGET + n * n
-        self._nt = self._nt * FORGET + n * t_verify
+        self._w = self._w * FORGET_COST + 1.0
+        self._n = self._n * FORGET_COST + n
+        self._t = self._t * FORGET_COST + t_verify
+        self._nn = self._nn * FORGET_COST + n * n
+        self._nt = self._nt * FORGET_COST + n * t_verify
         self.k = self.best_k()
 
     def verify_cost(self) -> tuple[float, float]:
-        """(a, b) of t_v(n) = a + b n from the weighted passes (slope prior when they barely vary)."""
-        mean_n, mean_t = self._n / self._w, self._t / self._w
-        var_n = self._nn / self._w - mean_n ** 2
-        if var_n > 0.5:
-            b = max(0.0, (self._nt / self._w - mean_n * mean_t) / var_n)
-            a = max(mean_t - b * mean_n, 1e-6)
-            if a > 0:
-                return a, b
-        a = mean_t / (1.0 + PRIOR_SLOPE * mean_n)
-        return a, PRIOR_SLOPE * a
+        """(a, b) of t_v(n) = a + b n: weighted least squares over recent passes, shrunk towards the prior
+        slope b = PRIOR_SLOPE * a (ridge), so a few noisy passes cannot swing K."""
+        w = self._w
+        mean_n, mean_t = self._n / w, self._t / w
+        s_nn = self._nn - w * mean_n ** 2  # weighted scatter of n
+        s_nt = self._nt - w * mean_n * mean_t
+        a0 = mean_t / (1.0 + PRIOR_SLOPE * mean_n)  # intercept if the prior slope held
+        lam = PRIOR_WEIGHT * 4.0  # prior strength, in units of scatter (n varying by ~2)
+        b = max(0.0, (s_nt + lam * PRIOR_SLOPE * a0) / (s_nn + lam))
+        a = max(mean_t - b * mean_n, 1e-6)
+        return a, b
 
     def best_k(self) -> int:
         a, b = self.verify_cost()

@@ -31,7 +31,7 @@ RULES = ("rejection", "match")
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
 DEFAULT_K_MAX = 16
-DEFAULT_P_MIN = 0.1
+DEFAULT_P_MIN = 0.0
 
 
 @dataclass(frozen=True)
