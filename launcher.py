@@ -19,6 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("TANDEM_VENV", ROOT / ".venv")).resolve()
 BACKEND_FLAGS = {"cuda": "-DGGML_CUDA=on", "metal": "-DGGML_METAL=on", "cpu": ""}
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+
+
+def cache_dir() -> Path:
+    """The user cache dir (as platformdirs would say), for built wheels that outlive a clone."""
+    if os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "tandem"
 
 
 def say(message: str) -> None:
@@ -73,15 +85,28 @@ def ensure_environment(extras: str) -> None:
         env["CMAKE_ARGS"] = BACKEND_FLAGS[backend]
     say(f"llama.cpp backend: {backend} ({why}); CMAKE_ARGS={env.get('CMAKE_ARGS', '')!r}")
     say("installing dependencies (the first llama-cpp-python build takes a few minutes)")
-    pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check"]
-    if backend != "cpu":
-        # pip's wheel cache does not know about CMAKE_ARGS: build the accelerated wheel afresh.
-        subprocess.run(pip + ["--no-cache-dir", "--force-reinstall", "--no-deps", "llama-cpp-python==0.3.36"],
-                       check=True, env=env)
+    wheels = ensure_llama_wheel(backend, env)
+    pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "--find-links", str(wheels)]
+    if backend != "cpu":  # replace a CPU build that may already be installed
+        subprocess.run(pip + ["--force-reinstall", "--no-deps", LLAMA_CPP], check=True, env=env)
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     subprocess.run(pip + ["-e", target], check=True, env=env)
     stamp_file.write_text(stamp)
     say("environment ready")
+
+
+def ensure_llama_wheel(backend: str, env: dict) -> Path:
+    """Build llama-cpp-python once per backend (and CMAKE_ARGS) into the user cache dir; later installs,
+    fresh clones included, take the wheel from there in seconds. pip's own cache cannot do this: it does not
+    keep wheels built from local index files, and it does not know CMAKE_ARGS."""
+    flags = hashlib.sha256(env.get("CMAKE_ARGS", "").encode()).hexdigest()[:8]
+    wheels = cache_dir() / "wheels" / f"{backend}-{flags}"
+    if not list(wheels.glob("llama_cpp_python-0.3.36-*.whl")):
+        say(f"building {LLAMA_CPP} for {backend} once (a few minutes; cached in {wheels})")
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(venv_python()), "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps",
+                        "--no-cache-dir", "-w", str(wheels), LLAMA_CPP], check=True, env=env)
+    return wheels
 
 
 def main(argv: list[str]) -> int:
