@@ -45,21 +45,40 @@ def in_venv() -> bool:
     return Path(sys.prefix).resolve() == VENV
 
 
+def nvidia_gpu() -> bool:
+    """An NVIDIA driver with at least one GPU (a toolkit alone, e.g. in a container without a GPU, is not
+    enough to run a CUDA build)."""
+    if Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir()):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
 def choose_backend() -> tuple[str, str]:
-    """(backend, why): forced by TANDEM_BACKEND, else CUDA if an NVIDIA toolkit is present, Metal on Apple
-    Silicon, CPU otherwise."""
+    """(backend, why): forced by TANDEM_BACKEND, else CUDA if an NVIDIA GPU and the CUDA toolkit are both
+    present, Metal on Apple Silicon, CPU otherwise."""
     forced = os.environ.get("TANDEM_BACKEND", "").strip().lower()
     if forced:
         if forced not in BACKEND_FLAGS:
             sys.exit(f"TANDEM_BACKEND must be one of {', '.join(BACKEND_FLAGS)}, not {forced!r}")
         return forced, "forced by TANDEM_BACKEND"
-    if shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists():
-        return "cuda", "found the CUDA toolkit (nvcc)"
     if sys.platform == "darwin" and platform.machine() == "arm64":
         return "metal", "Apple Silicon"
-    if shutil.which("nvidia-smi"):
-        return "cpu", "an NVIDIA driver but no CUDA toolkit (nvcc) to build with: install it for GPU speed"
-    return "cpu", "no GPU toolkit found"
+    nvcc = shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()
+    gpu = nvidia_gpu()
+    if gpu and nvcc:
+        return "cuda", "found an NVIDIA GPU and the CUDA toolkit (nvcc)"
+    if gpu:
+        return "cpu", "an NVIDIA GPU but no CUDA toolkit (nvcc) to build with: install it for GPU speed"
+    if nvcc:
+        return "cpu", "the CUDA toolkit is installed but no NVIDIA GPU is visible"
+    return "cpu", "no GPU found"
 
 
 def wanted_stamp(extras: str, backend: str) -> str:
@@ -85,7 +104,15 @@ def ensure_environment(extras: str) -> None:
         env["CMAKE_ARGS"] = BACKEND_FLAGS[backend]
     say(f"llama.cpp backend: {backend} ({why}); CMAKE_ARGS={env.get('CMAKE_ARGS', '')!r}")
     say("installing dependencies (the first llama-cpp-python build takes a few minutes)")
-    wheels = ensure_llama_wheel(backend, env)
+    try:
+        wheels = ensure_llama_wheel(backend, env)
+    except subprocess.CalledProcessError:
+        if backend == "cpu":
+            raise
+        say(f"the {backend} build of llama-cpp-python failed (see above); falling back to the CPU build. "
+            "Set TANDEM_BACKEND=cpu to skip the attempt, or fix the toolkit and delete the venv to retry.")
+        backend, env = "cpu", {k: v for k, v in env.items() if k != "CMAKE_ARGS"}
+        wheels = ensure_llama_wheel(backend, env)
     pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "--find-links", str(wheels)]
     if backend != "cpu":  # replace a CPU build that may already be installed
         subprocess.run(pip + ["--force-reinstall", "--no-deps", LLAMA_CPP], check=True, env=env)
