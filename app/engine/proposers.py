@@ -97,11 +97,13 @@ class DraftModelProposer:
 class PromptLookupProposer:
     """Prompt lookup decoding (Saxena 2023): find the most recent earlier occurrence of the history's last
     n-gram (longest n first) and propose the tokens that followed it. No extra model, no cost to speak of.
-    An index from n-gram to its last position is updated incrementally as the history grows."""
+    An index from n-gram to its last position is updated incrementally as the history grows. Single-token
+    matches are too unreliable to pay for their verification on a CPU (measured on the built-in suite:
+    median 1.13x with n = 1..3 against 1.18x with n = 2..3), so the shortest match is a bigram."""
 
     name = "lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.index: dict[tuple, int] = {}  # n-gram -> position just after its latest occurrence
         self.seen = 0  # n-grams ending at positions <= seen are indexed
