@@ -97,8 +97,7 @@ def ensure_environment(extras: str) -> None:
            for f in satisfied_by):
         return
     if not venv_python().exists():
-        say(f"creating a virtual environment in {VENV}")
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        create_venv()
     env = dict(os.environ)
     if "CMAKE_ARGS" not in os.environ and BACKEND_FLAGS[backend]:
         env["CMAKE_ARGS"] = BACKEND_FLAGS[backend]
@@ -122,6 +121,22 @@ def ensure_environment(extras: str) -> None:
     say("environment ready")
 
 
+def create_venv() -> None:
+    say(f"creating a virtual environment in {VENV}")
+    if subprocess.run([sys.executable, "-m", "venv", str(VENV)]).returncode == 0 and venv_python().exists():
+        return
+    # Some Linux distributions ship Python without the venv module's pip (python3-venv); pip can fetch
+    # virtualenv instead.
+    say("the venv module is not usable here; trying virtualenv through pip")
+    shutil.rmtree(VENV, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--user", "--quiet", "virtualenv"], check=True)
+    subprocess.run([sys.executable, "-m", "virtualenv", str(VENV)], check=True)
+
+
+def have_compiler() -> bool:
+    return any(shutil.which(c) for c in ("c++", "g++", "clang++", "cl"))
+
+
 def ensure_llama_wheel(backend: str, env: dict) -> Path:
     """Build llama-cpp-python once per backend (and CMAKE_ARGS) into the user cache dir; later installs,
     fresh clones included, take the wheel from there in seconds. pip's own cache cannot do this: it does not
@@ -129,6 +144,10 @@ def ensure_llama_wheel(backend: str, env: dict) -> Path:
     flags = hashlib.sha256(env.get("CMAKE_ARGS", "").encode()).hexdigest()[:8]
     wheels = cache_dir() / "wheels" / f"{backend}-{flags}"
     if not list(wheels.glob("llama_cpp_python-0.3.36-*.whl")):
+        if not have_compiler():
+            sys.exit("llama-cpp-python is built from source and needs a C++ compiler: install one "
+                     "(Debian/Ubuntu: apt install build-essential; macOS: xcode-select --install; "
+                     "Windows: Visual Studio Build Tools) and run this again.")
         say(f"building {LLAMA_CPP} for {backend} once (a few minutes; cached in {wheels})")
         wheels.mkdir(parents=True, exist_ok=True)
         subprocess.run([str(venv_python()), "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps",

@@ -51,13 +51,20 @@ def set_slider(page, elem_id: str, value: int) -> None:
     box.press("Enter")
 
 
+def clear(page) -> None:
+    """Clear the chat and wait until the panel is empty, so later waits cannot match the previous reply."""
+    page.click("#tdm-clear")
+    page.wait_for_function("document.querySelectorAll('#tdm-panel .tdm-tok').length == 0")
+    page.wait_for_function("!document.querySelector('#tdm-chat-status .tdm-status-ok')")
+
+
 def send(page, text: str) -> None:
     page.fill("#tdm-chat-input textarea", text)
     page.click("#tdm-send")
 
 
 def test_chat_streams_coloured_tokens_with_legend_and_counters(page):
-    page.click("#tdm-clear")
+    clear(page)
     set_slider(page, "tdm-chat-max-tokens", 32)
     send(page, "Name three fruits.")
     page.wait_for_selector("#tdm-panel .tdm-tok")
@@ -79,7 +86,7 @@ def test_chat_streams_coloured_tokens_with_legend_and_counters(page):
 
 
 def test_stop_ends_a_long_generation(page):
-    page.click("#tdm-clear")
+    clear(page)
     set_slider(page, "tdm-chat-max-tokens", 2048)
     send(page, "Write a very long story about a dragon who learns to cook. Make it as long as you can.")
     page.wait_for_function("document.querySelectorAll('#tdm-panel .tdm-tok').length >= 8")
@@ -96,7 +103,7 @@ def test_stop_ends_a_long_generation(page):
 
 def test_model_and_user_text_is_shown_not_run(page):
     payload = "<script>alert(1)</script><img src=x onerror=alert(1)>"
-    page.click("#tdm-clear")
+    clear(page)
     set_slider(page, "tdm-chat-max-tokens", 8)
     send(page, f"Repeat exactly: {payload}")
     page.wait_for_selector("#tdm-chat-status .tdm-status-ok")
@@ -115,7 +122,7 @@ def test_a_second_client_waits_its_turn_and_is_told(page):
                        {"temperature": 0, "max_tokens": 2048}, api_name="/chat")
     try:
         next(iter(job))  # the other generation is under way
-        page.click("#tdm-clear")
+        clear(page)
         set_slider(page, "tdm-chat-max-tokens", 8)
         send(page, "Say hi.")
         page.wait_for_selector("#tdm-chat-status .tdm-status-wait")
@@ -149,6 +156,6 @@ def test_pair_settings_refuse_an_incompatible_draft_and_keep_the_pair(page):
     choose(page, "tdm-draft", "SmolLM2-135M-Instruct.Q4_1.gguf")
     page.wait_for_selector("#tdm-verdict .tdm-status-ok")
     page.get_by_role("tab", name="Chat").click()
-    page.click("#tdm-clear")
+    clear(page)
     send(page, "Say hi.")
     page.wait_for_selector("#tdm-chat-status .tdm-status-ok")  # the previous pair still answers

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import gradio as gr
 
 from app.engine.events import KINDS
@@ -57,14 +59,16 @@ def build(state: AppState) -> None:
 
     # --- handlers ------------------------------------------------------------------------------------------
 
-    def push_user(message: str, hist: list):
+    def push_user(message: str, hist: list, request: gr.Request):
         if not message or not message.strip():
             return gr.update(), hist, display(hist), panel.status_html("Type a message first.", "info")
+        state.stop_event(_session(request))  # armed now: a Stop before the reply starts still counts
         hist = hist + [{"role": "user", "content": message}]
         note = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
         return "", hist, display(hist), note
 
-    def pop_assistant(hist: list):
+    def pop_assistant(hist: list, request: gr.Request):
+        state.stop_event(_session(request))
         if hist and hist[-1]["role"] == "assistant":
             hist = hist[:-1]
         note = panel.status_html(WAITING, "wait") if state.busy else ""
@@ -84,7 +88,7 @@ def build(state: AppState) -> None:
             return
         messages = api.build_messages(hist[:-1], hist[-1]["content"], resolved["system"])
         spec = resolved["speculative"]
-        stop_ev = state.stop_event(request.session_hash if request else "anon")
+        stop_ev = state.armed_stop_event(_session(request))
         live = None
         try:
             for status, live in api.chat_stream(state, messages, resolved, stop_ev):
@@ -118,7 +122,7 @@ def build(state: AppState) -> None:
                {"summary": summary, "speculative": spec}, gr.update())
 
     def do_stop(request: gr.Request):
-        stopped = state.request_stop(request.session_hash if request else "anon")
+        stopped = state.request_stop(_session(request))
         return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
 
     def do_clear():
@@ -152,3 +156,7 @@ def build(state: AppState) -> None:
                 api_visibility="private")
     measure.click(do_measure, [last], [counters, baseline_note], api_visibility="private", **GEN)
     return ctrl
+
+
+def _session(request: Optional[gr.Request]) -> str:
+    return (getattr(request, "session_hash", None) or "anon") if request is not None else "anon"

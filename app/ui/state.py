@@ -54,6 +54,11 @@ class AppState:
         self._stops[session] = ev
         return ev
 
+    def armed_stop_event(self, session: str) -> threading.Event:
+        """The switch armed when the user pressed Send (so a Stop pressed before the generation starts is not
+        lost), or a fresh one."""
+        return self._stops.get(session) or self.stop_event(session)
+
     def request_stop(self, session: str) -> bool:
         ev = self._stops.get(session)
         if ev is None:
