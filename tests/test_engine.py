@@ -172,3 +172,12 @@ def test_draft_proposer_keeps_its_cache_in_sync(smol_pair):
     history2 = history + d1.tokens[:2] + [13]
     d2 = proposer.propose(history2, 3, sampler, rng, sample=False)
     assert smol_pair.draft.cached == history2 + d2.tokens[:2]
+
+
+def test_greedy_with_a_repetition_penalty_stays_lossless(smol_pair):
+    prompt = builtin_suite("code")[1].tokens(smol_pair)
+    sampler = SamplerSettings(temperature=0, repeat_penalty=1.3, repeat_last_n=16)
+    plain, _ = _run(smol_pair, prompt, max_tokens=TOKENS, sampler=sampler, speculative=False)
+    for proposer in ("draft", "lookup"):
+        spec, stats = _run(smol_pair, prompt, max_tokens=TOKENS, sampler=sampler, proposer=proposer, k=6)
+        assert spec == plain, proposer
