@@ -21,7 +21,7 @@ import numpy as np
 
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
-from app.engine.stats import costs, pool
+from app.engine.stats import costs, median, pool
 
 CATEGORIES = ("code", "chat", "summarize", "math")
 
@@ -203,26 +203,21 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
     }
 
 
-def _median(values: list) -> Optional[float]:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference: Optional[str] = None) -> dict:
     pooled = pool([p["_sums"] for p in per_prompt]) if per_prompt else {}
-    speedup, bound = _median([p["speedup"] for p in per_prompt]), _median([p["bound"] for p in per_prompt])
+    speedup, bound = median([p["speedup"] for p in per_prompt]), median([p["bound"] for p in per_prompt])
     mismatches = [{"prompt": p["id"], **p["mismatch"]} for p in per_prompt if p["mismatch"]]
     return {
-        "baseline_tps": _median([p["baseline_tps"] for p in per_prompt]),
-        "spec_tps": _median([p["spec_tps"] for p in per_prompt]),
+        "baseline_tps": median([p["baseline_tps"] for p in per_prompt]),
+        "spec_tps": median([p["spec_tps"] for p in per_prompt]),
         "speedup": speedup,
         "acceptance_rate": pooled.get("acceptance_rate"),
         "mean_accepted": pooled.get("mean_accepted"),
         "alpha": pooled.get("alpha"),
         "identical": all(p["identical"] for p in per_prompt) if cfg.sampler.greedy else None,
         "mismatches": mismatches,
-        "c": _median([p["c"] for p in per_prompt]),
-        "v": _median([p["v"] for p in per_prompt]),
+        "c": median([p["c"] for p in per_prompt]),
+        "v": median([p["v"] for p in per_prompt]),
         "bound": bound,
         "efficiency": speedup / bound if speedup and bound else None,
         "k": cfg.k,
@@ -235,8 +230,8 @@ def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference:
         "partial": partial,
         "reference": None if not reference else {
             "kind": reference,
-            "tps": _median([p.get("reference_tps") for p in per_prompt]),
-            "ratio": _median([p.get("reference_ratio") for p in per_prompt]),
+            "tps": median([p.get("reference_tps") for p in per_prompt]),
+            "ratio": median([p.get("reference_ratio") for p in per_prompt]),
             "compares": "plain tokens/s" if reference == "bare" else "speculative tokens/s",
         },
         "per_prompt": [{k: v for k, v in p.items() if k != "_sums"} for p in per_prompt],

@@ -16,7 +16,8 @@ from typing import Optional, Protocol, Sequence
 import numpy as np
 
 from app.engine.backend import Model
-from app.engine.sampling import SamplerSettings, distribution, greedy_token
+from app.engine.sampling import SamplerSettings, distribution, greedy_token, recent_window
+from app.engine.verify import sample_from
 
 
 @dataclass
@@ -68,11 +69,11 @@ class DraftModelProposer:
         if k <= 0:
             return draft
         logits = self.model.sync(history)
-        recent = list(history[-max(sampler.repeat_last_n, 1):]) if sampler.repeat_penalty != 1.0 else []
+        recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
         for j in range(k):
             if sample:
                 q = distribution(logits, sampler, recent)
-                x = _draw(q, rng)
+                x = sample_from(q, rng)
                 p_x, top = float(q[x]), float(q.max())
             else:
                 x = greedy_token(logits, sampler, recent)
@@ -83,7 +84,7 @@ class DraftModelProposer:
             draft.probs.append(p_x)
             if sample:
                 draft.q.append(q)
-            if sampler.repeat_penalty != 1.0:
+            if recent:
                 recent.append(x)
             if j + 1 < k:
                 logits = self.model.decode([x])[0]
@@ -141,9 +142,3 @@ class PromptLookupProposer:
 def _softmax_at(logits: np.ndarray, x: int) -> float:
     m = float(logits[x])
     return float(1.0 / np.exp(logits - m, dtype=np.float32).sum())
-
-
-def _draw(q: np.ndarray, rng: np.random.Generator) -> int:
-    from app.engine.verify import sample_from
-
-    return sample_from(q, rng)

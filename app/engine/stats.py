@@ -19,6 +19,7 @@ tokens per target pass).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
@@ -99,27 +100,9 @@ class Stats:
     def tokens_per_s(self) -> float:
         return self.emitted / self.t_total if self.t_total > 0 else 0.0
 
-    def per_position(self) -> list[float]:
-        return [a / t if t else 0.0 for a, t in zip(self.accepted_at + [0] * len(self.tested_at), self.tested_at)]
-
-    def costs(self, t_target: Optional[float]) -> tuple[Optional[float], Optional[float]]:
-        """(c, v) given the plain target's seconds per token; None without a baseline or a draft."""
-        if not t_target or not self.drafted or not self.spec_steps:
-            return None, None
-        return (self.t_draft / self.drafted) / t_target, (self.t_verify_spec / self.spec_steps) / t_target
-
-    def bound(self, t_target: Optional[float]) -> Optional[float]:
-        c, v = self.costs(t_target)
-        if c is None or v is None:
-            return None
-        return leviathan_bound(self.alpha, self.mean_gamma, c, v)
-
     def summary(self, baseline_tps: Optional[float] = None) -> dict:
-        t_target = 1.0 / baseline_tps if baseline_tps else None
-        c, v = self.costs(t_target)
-        bound = self.bound(t_target)
         speedup = self.tokens_per_s / baseline_tps if baseline_tps and self.t_total > 0 else None
-        return {
+        out = {
             "tokens": self.emitted,
             "steps": self.steps,
             "drafted": self.drafted,
@@ -128,7 +111,7 @@ class Stats:
             "mean_accepted": self.mean_accepted,
             "alpha": self.alpha,
             "mean_k": self.mean_gamma,
-            "per_position": self.per_position(),
+            "per_position": _per_position(self.accepted_at, self.tested_at),
             "histogram": list(self.histogram),
             "tested_at": list(self.tested_at),
             "accepted_at": list(self.accepted_at),
@@ -141,11 +124,10 @@ class Stats:
             "t_total": self.t_total,
             "baseline_tps": baseline_tps,
             "speedup": speedup,
-            "c": c,
-            "v": v,
-            "bound": bound,
-            "efficiency": speedup / bound if speedup and bound else None,
         }
+        c, v, bound = costs(out, baseline_tps)
+        out.update(c=c, v=v, bound=bound, efficiency=speedup / bound if speedup and bound else None)
+        return out
 
 
 def _grow(values: list, n: int) -> None:
@@ -166,8 +148,7 @@ def pool(summaries: Sequence[dict]) -> dict:
     s["tested_at"] = _sum_lists(st.get("tested_at", []) for st in summaries)
     s["accepted_at"] = _sum_lists(st.get("accepted_at", []) for st in summaries)
     s["histogram"] = _sum_lists(st.get("histogram", []) for st in summaries)
-    s["per_position"] = [a / t if t else 0.0 for a, t in
-                         zip(s["accepted_at"] + [0] * len(s["tested_at"]), s["tested_at"])]
+    s["per_position"] = _per_position(s["accepted_at"], s["tested_at"])
     return s
 
 
@@ -180,6 +161,17 @@ def costs(pooled: dict, baseline_tps: Optional[float]) -> tuple:
     c = pooled["t_draft"] / pooled["drafted"] / t_target
     v = pooled["t_verify_spec"] / pooled["spec_steps"] / t_target
     return c, v, leviathan_bound(pooled["alpha"], pooled["mean_k"], c, v)
+
+
+def median(values: Iterable[Optional[float]]) -> Optional[float]:
+    """The median of the values that are not None (None if there are none)."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _per_position(accepted_at: list, tested_at: list) -> list[float]:
+    """Acceptance rate at each draft position (positions never judged count as 0)."""
+    return [a / t if t else 0.0 for a, t in zip(accepted_at + [0] * len(tested_at), tested_at)]
 
 
 def _sum_lists(lists: Iterable[list]) -> list:

@@ -23,7 +23,7 @@ from app.engine.bench import Prompt, measure
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair
 from app.engine.sampling import SamplerSettings
-from app.engine.stats import costs, pool
+from app.engine.stats import costs, median, pool
 from app.engine.vocab import IncompatiblePair, check
 
 BASELINE_EVERY = 4  # speculative runs between two plain baselines of the same prompt
@@ -170,19 +170,14 @@ class _Clock:
             self.progress(self.done, self.total, what, eta)
 
 
-def _median(values) -> Optional[float]:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def _prompt_entry(prompt: Prompt, runs: list[tuple[dict, float]]) -> dict:
     """One prompt's figures for one cell from its (spec stats, paired baseline tokens/s) runs."""
     speedups = [st["tokens_per_s"] / base for st, base in runs if base]
-    base = _median(b for _, b in runs)
+    base = median(b for _, b in runs)
     s = pool([st for st, _ in runs])
     c, v, bound = costs(s, base)
-    return {"id": prompt.id, "category": prompt.category, "speedup": _median(speedups),
-            "tps": _median(st["tokens_per_s"] for st, _ in runs), "baseline_tps": base,
+    return {"id": prompt.id, "category": prompt.category, "speedup": median(speedups),
+            "tps": median(st["tokens_per_s"] for st, _ in runs), "baseline_tps": base,
             "acceptance_rate": s["acceptance_rate"], "mean_accepted": s["mean_accepted"], "alpha": s["alpha"],
             "mean_k": s["mean_k"], "c": c, "v": v, "bound": bound, "_sums": s}
 
@@ -191,7 +186,7 @@ def cell_summary(cand: Candidate, k, p_min, per_prompt: list[dict], n_prompts: i
     """A cell: medians over prompts (spread = min/max of the per-prompt speedups), pooled per-position."""
     speedups = [p["speedup"] for p in per_prompt if p["speedup"] is not None]
     pooled = pool([p["_sums"] for p in per_prompt])
-    med = lambda key: _median(p[key] for p in per_prompt)  # noqa: E731
+    med = lambda key: median(p[key] for p in per_prompt)  # noqa: E731
     return {
         "draft": cand.id, "proposer": cand.proposer, "draft_path": cand.path, "k": k, "p_min": p_min,
         "speedup": med("speedup"), "speedup_min": min(speedups) if speedups else None,
@@ -325,7 +320,7 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
     return {
         "cells": cells, "best": best, "recommendations": recs, "partial": partial, "errors": errors,
         "baselines": [{"prompt": pid, "tps": tps} for pid, tps in baselines.items()],
-        "baseline_tps": _median(t for tps in baselines.values() for t in tps),
+        "baseline_tps": median(t for tps in baselines.values() for t in tps),
         "target": str(pair.target.path.name), "config": cfg.describe(),
         "runs_done": clock.done, "runs_total": clock.total,
         "started_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
