@@ -19,7 +19,7 @@ import gradio as gr  # noqa: E402
 from app.engine.backend import LoadOptions  # noqa: E402
 from app.ui import api, chat_tab, compare_tab, pair_tab, panel  # noqa: E402
 from app.ui.runner import describe_error  # noqa: E402
-from app.ui.state import AppState, backend_name  # noqa: E402
+from app.ui.state import AppState, backend_name, session_key  # noqa: E402
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 GEN = dict(concurrency_id="generation", concurrency_limit=1)
@@ -110,20 +110,16 @@ def _api_endpoints(state: AppState) -> None:
 
     def chat(message: str, history: list, settings: dict, request: gr.Request):
         """Streamed chat reply; the last output has text, acceptance_rate, mean_accepted, tokens_per_s, tokens."""
-        yield from api.api_chat(state, message, history, settings, _session(request))
+        yield from api.api_chat(state, message, history, settings, session_key(request, "api"))
 
     def compare(prompt: str, settings: dict, runs: list, request: gr.Request):
         """Plain and speculative runs of one prompt; the last output has plain_text, spec_text, identical,
         speedup, acceptance_rate, plain_tps, spec_tps."""
-        for payload in api.api_compare(state, prompt, settings, _session(request), runs):
+        for payload in api.api_compare(state, prompt, settings, session_key(request, "api"), runs):
             yield payload
 
     chat_btn.click(chat, [message, history, settings], [chat_out], api_name="chat", **GEN)
     compare_btn.click(compare, [prompt, settings, runs], [compare_out], api_name="compare", **GEN)
-
-
-def _session(request: Optional[gr.Request]) -> str:
-    return (getattr(request, "session_hash", None) or "api") if request is not None else "api"
 
 
 def free_port(host: str, start: int, tries: int = 50) -> int:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import gradio as gr
 
 from app.engine.events import KINDS
 from app.ui import api, controls, panel
 from app.ui import settings as S
 from app.ui.runner import describe_error
-from app.ui.state import AppState
+from app.ui.state import AppState, session_key
 
 GEN = dict(concurrency_id="generation", concurrency_limit=1)
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
@@ -62,13 +60,13 @@ def build(state: AppState) -> None:
     def push_user(message: str, hist: list, request: gr.Request):
         if not message or not message.strip():
             return gr.update(), hist, display(hist), panel.status_html("Type a message first.", "info")
-        state.stop_event(_session(request))  # armed now: a Stop before the reply starts still counts
+        state.stop_event(session_key(request))  # armed now: a Stop before the reply starts still counts
         hist = hist + [{"role": "user", "content": message}]
         note = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
         return "", hist, display(hist), note
 
     def pop_assistant(hist: list, request: gr.Request):
-        state.stop_event(_session(request))
+        state.stop_event(session_key(request))
         if hist and hist[-1]["role"] == "assistant":
             hist = hist[:-1]
         note = panel.status_html(WAITING, "wait") if state.busy else ""
@@ -88,7 +86,7 @@ def build(state: AppState) -> None:
             return
         messages = api.build_messages(hist[:-1], hist[-1]["content"], resolved["system"])
         spec = resolved["speculative"]
-        stop_ev = state.armed_stop_event(_session(request))
+        stop_ev = state.armed_stop_event(session_key(request))
         live = None
         try:
             for status, live in api.chat_stream(state, messages, resolved, stop_ev):
@@ -122,7 +120,7 @@ def build(state: AppState) -> None:
                {"summary": summary, "speculative": spec}, gr.update())
 
     def do_stop(request: gr.Request):
-        stopped = state.request_stop(_session(request))
+        stopped = state.request_stop(session_key(request))
         return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
 
     def do_clear():
@@ -156,7 +154,3 @@ def build(state: AppState) -> None:
                 api_visibility="private")
     measure.click(do_measure, [last], [counters, baseline_note], api_visibility="private", **GEN)
     return ctrl
-
-
-def _session(request: Optional[gr.Request]) -> str:
-    return (getattr(request, "session_hash", None) or "anon") if request is not None else "anon"

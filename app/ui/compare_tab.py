@@ -8,7 +8,7 @@ from app.ui import api, controls, panel
 from app.ui import settings as S
 from app.ui.chat_tab import GEN, WAITING
 from app.ui.runner import describe_error
-from app.ui.state import AppState
+from app.ui.state import AppState, session_key
 
 EXAMPLES = [
     "Write a Python function that checks whether a string is a palindrome.",
@@ -35,7 +35,8 @@ def build(state: AppState) -> controls.Controls:
         hist_view = gr.HTML(panel.history_html([]), elem_id="tdm-compare-history")
     ctrl = controls.build(state, "compare", speculation_switch=False)
 
-    def announce():
+    def announce(request: gr.Request):
+        state.stop_event(session_key(request))  # armed now: a Stop before the runs start still counts
         note = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
         return note, ""
 
@@ -50,7 +51,7 @@ def build(state: AppState) -> controls.Controls:
             yield *keep[:3], panel.status_html(str(exc), "error"), history, gr.update()
             return
         greedy = resolved["temperature"] <= 0
-        stop_ev = state.stop_event(request.session_hash if request else "anon")
+        stop_ev = state.armed_stop_event(session_key(request))
         payload, plain, spec = None, None, None
         try:
             for st, plain, spec, order in api.compare_stream(state, text, resolved, stop_ev, len(history)):
@@ -79,7 +80,7 @@ def build(state: AppState) -> controls.Controls:
                panel.history_html(history))
 
     def do_stop(request: gr.Request):
-        stopped = state.request_stop(request.session_hash if request else "anon")
+        stopped = state.request_stop(session_key(request))
         return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
 
     outputs = [plain_view, spec_view, result, status, runs, hist_view]

@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.ui.state import AppState
+from app.ui.state import AppState, session_key
 
 INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
 PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "compatible", "installed", "why"]
@@ -123,7 +123,7 @@ def build(state: AppState) -> None:
     def do_pull(choice, repo_v, file_v, request: gr.Request, progress=gr.Progress()):
         from app.models import download
 
-        key = getattr(request, "session_hash", None) or "default"
+        key = session_key(request, "default")
         event = cancels[key] = threading.Event()
 
         def report(done: int, total: int) -> None:
@@ -143,7 +143,7 @@ def build(state: AppState) -> None:
             cancels.pop(key, None)
 
     def do_cancel(request: gr.Request):
-        event = cancels.get(getattr(request, "session_hash", None) or "default")
+        event = cancels.get(session_key(request, "default"))
         if event is not None:
             event.set()
             return "cancelling; the part already downloaded is kept for the next try"

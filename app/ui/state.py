@@ -192,3 +192,8 @@ def _read_baselines() -> dict:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def session_key(request, default: str = "anon") -> str:
+    """The browser session a Gradio request comes from (``default`` for API calls without one)."""
+    return getattr(request, "session_hash", None) or default
