@@ -90,12 +90,14 @@ def wanted_stamp(extras: str, backend: str) -> str:
 def ensure_environment(extras: str) -> None:
     """Create the venv and install what the project needs, unless the stamp says it is already there."""
     backend, why = choose_backend()
-    stamp_file = VENV / f".tandem-stamp-{extras or 'app'}"
+    def stamp_file(have: str) -> Path:
+        return VENV / f".tandem-stamp-{have or 'app'}"
+
+    # The app alone is also satisfied by an install that included the test extras.
+    for have in ([extras, "test"] if not extras else [extras]):
+        if stamp_file(have).exists() and stamp_file(have).read_text() == wanted_stamp(have, backend):
+            return
     stamp = wanted_stamp(extras, backend)
-    satisfied_by = [stamp_file, VENV / ".tandem-stamp-test"] if not extras else [stamp_file]
-    if any(f.exists() and f.read_text() == wanted_stamp(f.name.rsplit("-", 1)[1].replace("app", ""), backend)
-           for f in satisfied_by):
-        return
     if not venv_python().exists():
         create_venv()
     env = dict(os.environ)
@@ -117,7 +119,7 @@ def ensure_environment(extras: str) -> None:
         subprocess.run(pip + ["--force-reinstall", "--no-deps", LLAMA_CPP], check=True, env=env)
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     subprocess.run(pip + ["-e", target], check=True, env=env)
-    stamp_file.write_text(stamp)
+    stamp_file(extras).write_text(stamp)
     say("environment ready")
 
 
