@@ -42,9 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=4096, help="context size")
-    p.add_argument("--reference", choices=("bare", "llama-cpp-lookup"),
+    p.add_argument("--reference", choices=("bare", "bare-spec", "llama-cpp-lookup"),
                    help="also time a reference decoder on the same prompts, interleaved: 'bare' (a minimal "
-                        "llama_decode + argmax loop, vs Tandem's plain decoding) or 'llama-cpp-lookup' "
+                        "llama_decode + argmax loop, vs Tandem's plain decoding), 'bare-spec' (a minimal greedy "
+                        "draft-then-verify loop with fixed K, --k or 8, vs Tandem's speculative runs) or "
+                        "'llama-cpp-lookup' "
                         "(llama-cpp-python's LlamaPromptLookupDecoding, vs Tandem's speculative runs)")
     p.add_argument("--json", dest="json_out", help="write the full result to this file")
     p.set_defaults(func=main)
@@ -65,6 +67,13 @@ def main(args: argparse.Namespace) -> int:
                     proposer=args.proposer, rule=args.rule,
                     sampler=SamplerSettings(temperature=args.temperature, seed=args.seed))
     gen.validate()
+    if args.reference and args.temperature > 0:
+        print("error: the reference decoders are greedy; use --temperature 0 with --reference", file=sys.stderr)
+        return 2
+    if args.reference == "bare-spec" and args.proposer != "draft":
+        print("error: --reference bare-spec compares draft-model speculation; use --proposer draft",
+              file=sys.stderr)
+        return 2
     opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads)
     print(f"[bench] pair {entry.id}: target {target.name}, draft {draft.name}; {len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
@@ -117,6 +126,8 @@ def format_table(r: dict) -> str:
     if ref:
         lines.append(f"reference {ref['kind']}: {_f(ref['tps'], '.1f')} t/s; Tandem {ref['compares']} / reference = "
                      f"{_f(ref['ratio'], '.3f')}x (median of per-prompt ratios)")
+        if ref["kind"] == "bare-spec":
+            lines.append(f"reference bare-spec speedup over Tandem's plain decoding: {_f(ref['speedup'], '.2f', 'x')}")
     for m in r["mismatches"]:
         lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g})")
     return "\n".join(lines)

@@ -51,6 +51,13 @@ def test_bench_lookup_with_reference(tmp_path, smol_paths):
     assert result["reference"]["tps"] > 0 and result["identical"] is True
 
 
+def test_bench_refuses_a_reference_that_cannot_compare(smol_paths):
+    proc = launcher("bench", "--max-tokens", "4", "--proposer", "lookup", "--reference", "bare-spec")
+    assert proc.returncode == 2 and "use --proposer draft" in proc.stderr
+    proc = launcher("bench", "--max-tokens", "4", "--temperature", "0.7", "--reference", "bare")
+    assert proc.returncode == 2 and "greedy" in proc.stderr
+
+
 def test_bad_prompts_file_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\nnot json\n')

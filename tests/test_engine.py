@@ -181,3 +181,15 @@ def test_greedy_with_a_repetition_penalty_stays_lossless(smol_pair):
     for proposer in ("draft", "lookup"):
         spec, stats = _run(smol_pair, prompt, max_tokens=TOKENS, sampler=sampler, proposer=proposer, k=6)
         assert spec == plain, proposer
+
+
+def test_bare_reference_loops_decode_what_tandem_decodes(smol_pair, smol_paths):
+    """The benchmark's reference decoders must be lossless too, or comparing speed with them means nothing."""
+    from app.engine.reference import bare_greedy, bare_speculative
+
+    target_path, draft_path = smol_paths
+    prompt = builtin_suite("code")[0].tokens(smol_pair)
+    plain, _ = _run(smol_pair, prompt, max_tokens=TOKENS, speculative=False)
+    tps, spec = bare_speculative(target_path, draft_path, prompt, TOKENS, k=4, n_ctx=1024)
+    assert spec == plain and tps > 0
+    assert bare_greedy(target_path, prompt, TOKENS, n_ctx=1024)[1] == plain

@@ -118,7 +118,8 @@ def divergence(pair: Pair, prompt: Sequence[int], plain: Sequence[int], spec: Se
     return {"position": pos, "gap": float(abs(top2[1] - top2[0]))}
 
 
-REFERENCES = ("bare", "llama-cpp-lookup")
+REFERENCES = ("bare", "bare-spec", "llama-cpp-lookup")
+BARE_SPEC_K = 8  # the bare speculative loop's draft length when Tandem's is auto (the hand-picked K of the notes)
 
 
 @dataclass
@@ -153,7 +154,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 if cancel is not None and cancel.is_set():
                     return _aggregate(per_prompt, spec_cfg, partial=True, reference=bcfg.reference)
                 if mode == "ref":
-                    ref_tps.append(_reference(bcfg.reference, pair, tokens, spec_cfg.max_tokens))
+                    ref_tps.append(_reference(bcfg.reference, pair, tokens, spec_cfg))
                 else:
                     result = measure(pair, tokens, spec_cfg if mode == "spec" else plain_cfg)
                     (spec_runs if mode == "spec" else plain_runs).append(result)
@@ -164,14 +165,22 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
         if bcfg.reference:
             ref = statistics.median(ref_tps)
             ours = row["baseline_tps"] if bcfg.reference == "bare" else row["spec_tps"]
-            row.update(reference_tps=ref, reference_ratio=ours / ref if ref else None)
+            row.update(reference_tps=ref, reference_ratio=ours / ref if ref else None,
+                       reference_speedup=ref / row["baseline_tps"] if row["baseline_tps"] else None)
         per_prompt.append(row)
     return _aggregate(per_prompt, spec_cfg, partial=False, reference=bcfg.reference)
 
 
-def _reference(kind: str, pair: Pair, tokens: list[int], max_tokens: int) -> float:
+def _reference(kind: str, pair: Pair, tokens: list[int], cfg: GenConfig) -> float:
     from app.engine import reference
 
+    max_tokens = cfg.max_tokens
+    if kind == "bare-spec":
+        if pair.draft is None:
+            raise ValueError("the bare-spec reference needs a pair with a draft model")
+        k = cfg.k if isinstance(cfg.k, int) else BARE_SPEC_K
+        return reference.bare_speculative(pair.target.path, pair.draft.path, tokens, max_tokens, k=k,
+                                          n_ctx=pair.target.n_ctx, n_threads=pair.target.n_threads)[0]
     if kind == "bare":
         return reference.bare_greedy(pair.target.path, tokens, max_tokens, n_ctx=pair.target.n_ctx,
                                      n_threads=pair.target.n_threads)[0]
@@ -232,6 +241,7 @@ def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference:
             "kind": reference,
             "tps": median([p.get("reference_tps") for p in per_prompt]),
             "ratio": median([p.get("reference_ratio") for p in per_prompt]),
+            "speedup": median([p.get("reference_speedup") for p in per_prompt]),  # reference / Tandem plain
             "compares": "plain tokens/s" if reference == "bare" else "speculative tokens/s",
         },
         "per_prompt": [{k: v for k, v in p.items() if k != "_sums"} for p in per_prompt],
