@@ -130,7 +130,7 @@ def bare_speculative(target_path: Path | str, draft_path: Path | str, prompt: Se
         L.llama_batch_free(batch)
         _close(dm, dctx)
         _close(tm, tctx)
-    return (len(out) / elapsed if elapsed > 0 else 0.0), out[:n_tokens]
+    return (len(out) / elapsed if elapsed > 0 else 0.0), out
 
 
 def llama_cpp_lookup(model_path: Path | str, prompt: Sequence[int], n_tokens: int, num_pred_tokens: int = 10,
