@@ -106,22 +106,24 @@ def _f(value: Optional[float], spec: str = ".2f", suffix: str = "") -> str:
 
 def format_table(r: dict) -> str:
     head = f"{'prompt':<20} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} {'accept':>7} {'tok/pass':>8} " \
-           f"{'c':>5} {'v':>5} {'bound':>6} {'same':>5}"
+           f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'same':>5}"
     lines = [head, "-" * len(head)]
     for p in r["per_prompt"]:
         same = "-" if r["identical"] is None else ("yes" if p["identical"] else "NO")
         lines.append(f"{p['id'][:20]:<20} {_f(p['baseline_tps'], '.1f'):>9} {_f(p['spec_tps'], '.1f'):>9} "
                      f"{_f(p['speedup'], '.2f', 'x'):>8} {_f(p['acceptance_rate'], '.1%'):>7} "
                      f"{_f(p['mean_accepted']):>8} {_f(p['c']):>5} {_f(p['v']):>5} {_f(p['bound'], '.2f', 'x'):>6} "
-                     f"{same:>5}")
+                     f"{_f(p.get('paused'), '.0%'):>6} {same:>5}")
     lines.append("-" * len(head))
     same = "-" if r["identical"] is None else ("yes" if r["identical"] else "NO")
     lines.append(f"{'median':<20} {_f(r['baseline_tps'], '.1f'):>9} {_f(r['spec_tps'], '.1f'):>9} "
                  f"{_f(r['speedup'], '.2f', 'x'):>8} {_f(r['acceptance_rate'], '.1%'):>7} "
                  f"{_f(r['mean_accepted']):>8} {_f(r['c']):>5} {_f(r['v']):>5} {_f(r['bound'], '.2f', 'x'):>6} "
-                 f"{same:>5}")
+                 f"{_f(r.get('paused'), '.0%'):>6} {same:>5}")
     lines.append(f"efficiency (speedup / bound): {_f(r['efficiency'])}   mean K: {_f(r['mean_k'], '.1f')}   "
                  f"alpha: {_f(r['alpha'], '.3f')}")
+    if r.get("limit"):
+        lines.append(f"speculation paused on {_f(r.get('paused'), '.0%')} of target passes: {r['limit']}")
     ref = r.get("reference")
     if ref:
         lines.append(f"reference {ref['kind']}: {_f(ref['tps'], '.1f')} t/s; Tandem {ref['compares']} / reference = "

@@ -31,11 +31,13 @@ def test_bench_json_contract(tmp_path, smol_paths):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     for key in ("baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted", "identical",
-                "mismatches", "c", "v", "bound", "efficiency", "k", "per_prompt"):
+                "mismatches", "c", "v", "bound", "efficiency", "k", "paused", "limit", "per_prompt"):
         assert key in result, key
     assert result["identical"] is True and result["mismatches"] == []
     assert len(result["per_prompt"]) == 2 and result["k"] == "auto"
-    assert 0 < result["acceptance_rate"] <= 1 and result["mean_accepted"] >= 1
+    # auto K may pause speculation on a busy machine (timings decide); then it must say why
+    assert 0 <= result["acceptance_rate"] <= 1 and result["mean_accepted"] >= 1
+    assert 0 <= result["paused"] <= 1 and (result["limit"] is not None) == (result["paused"] > 0)
     assert "median" in proc.stdout and "reproduce: python launcher.py bench" in proc.stdout
 
 

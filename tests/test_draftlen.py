@@ -1,48 +1,125 @@
-"""The auto draft length follows acceptance and costs (pure, simulated steps)."""
+"""The auto draft length follows acceptance and costs, and steps aside when drafting cannot pay (pure,
+simulated steps: timings are injected, so these tests say what the controller decides, not how fast)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from app.engine.draftlen import DraftLength
+from app.engine.draftlen import GAP_MAX, DraftLength
 from app.engine.stats import expected_tokens, leviathan_bound
 
 
-def simulate(alpha: float, t_draft: float, a: float, b: float, steps: int = 200, seed: int = 0) -> DraftLength:
-    rng = np.random.default_rng(seed)
-    length = DraftLength("auto", k_max=16)
-    for _ in range(steps):
-        k = length.k
-        accepted = 0
-        while accepted < k and rng.random() < alpha:
-            accepted += 1
-        length.update(k, accepted, t_draft * k, a + b * (k + 1))
-    return length
+class Sim:
+    """A simulated pair: per-token acceptance ``alpha`` (``alpha_free`` for free lookup proposals), draft
+    seconds per token ``t_draft``, verify seconds ``a + b n``, with multiplicative timing noise."""
+
+    def __init__(self, alpha, t_draft, a, b, noise=0.05, alpha_free=0.5, seed=0):
+        self.alpha, self.t_draft, self.a, self.b = alpha, t_draft, a, b
+        self.noise, self.alpha_free = noise, alpha_free
+        self.rng = np.random.default_rng(seed)
+        self.ks: list[int] = []
+        self.tokens = 0
+
+    def jitter(self, t: float) -> float:
+        return t * (1.0 + self.noise * self.rng.uniform(-1, 1))
+
+    def run(self, length: DraftLength, steps: int) -> DraftLength:
+        for _ in range(steps):
+            k = length.k
+            self.ks.append(k)
+            free = length.free_probe
+            alpha = self.alpha_free if free else self.alpha
+            accepted = 0
+            while accepted < k and self.rng.random() < alpha:
+                accepted += 1
+            self.tokens += accepted + 1
+            t_draft = 0.0 if free else self.jitter(self.t_draft * k)
+            length.update(k, accepted, t_draft, self.jitter(self.a + self.b * (k + 1)))
+        return length
 
 
 def rate(alpha: float, k: int, c: float, a: float, b: float) -> float:
     return expected_tokens(alpha, k) / (k * c + a + b * (k + 1))
 
 
+def auto(k_max: int = 16) -> DraftLength:
+    return DraftLength("auto", k_max=k_max)
+
+
 def test_auto_k_is_within_a_few_percent_of_the_best_fixed_k():
     for alpha, c, a, b in [(0.98, 0.4, 1.0, 0.1), (0.7, 0.4, 1.0, 0.1), (0.9, 0.05, 1.0, 0.01)]:
-        length = simulate(alpha, c, a, b)
+        length = Sim(alpha, c, a, b).run(auto(), 200)
         assert abs(length.alpha - alpha) < 0.1
         best = max(rate(alpha, k, c, a, b) for k in range(1, 17))
+        assert not length.paused
         assert rate(alpha, length.k, c, a, b) >= 0.95 * best, (alpha, c, length.k)
 
 
 def test_cheap_drafts_and_flat_verification_draft_longer():
-    gpu_like = simulate(0.85, t_draft=0.03, a=1.0, b=0.005)
-    cpu_like = simulate(0.85, t_draft=0.45, a=1.0, b=0.12)
-    assert gpu_like.k > cpu_like.k
+    gpu_like = Sim(0.85, t_draft=0.03, a=1.0, b=0.005).run(auto(), 200)
+    cpu_like = Sim(0.85, t_draft=0.45, a=1.0, b=0.12).run(auto(), 200)
+    assert gpu_like.k > cpu_like.k >= 1
 
 
 def test_fixed_k_never_moves():
     length = DraftLength(5, k_max=16)
     length.update(5, 0, 0.1, 1.0)
     length.update(5, 5, 0.1, 1.0)
-    assert length.k == 5
+    assert length.k == 5 and not length.paused
+
+
+def test_steps_aside_where_verify_costs_a_step_per_token():
+    """The Qwen 1.5B <- 0.5B case on a 2-core CPU: alpha 0.83, c 0.53, verifying n tokens costs ~n steps.
+    No K pays even with a perfect draft, so auto K pauses, probes only with free proposals, and says why."""
+    sim = Sim(0.83, t_draft=0.053, a=0.004, b=0.1)
+    length = sim.run(auto(), 400)
+    assert length.paused and length.k == 0
+    assert not length.can_pay()
+    assert sum(k > 0 for k in sim.ks) <= 8  # two measuring steps, then a few probes at growing gaps
+    assert "cannot pay" in length.limit() and "verifying 5 tokens costs" in length.limit()
+    assert sim.ks[:2] == [0, 4]  # it measured a plain pass and a short draft before deciding
+    assert sim.tokens >= 0.97 * len(sim.ks)  # what the probes cost, in steps, is a few per cent at most
+
+
+def test_pauses_when_acceptance_is_what_limits_and_says_so():
+    sim = Sim(0.25, t_draft=0.4, a=1.0, b=0.1)
+    length = sim.run(auto(), 300)
+    assert length.paused and length.can_pay()
+    assert "agrees with the target" in length.limit()
+    assert not length.free_probe  # acceptance is measured with the real draft
+
+
+def test_finds_speculation_within_the_first_16_tokens_where_it_pays():
+    """The demo pair on a 2-core CPU: alpha 0.975, c 0.45, a 9-token verify costs 2 steps."""
+    for seed in range(20):
+        sim = Sim(0.975, t_draft=0.45 * 8 / 7, a=1.0, b=1 / 7, seed=seed)
+        length = auto()
+        tokens_before = None
+        for _ in range(20):
+            if length.k >= 4 and tokens_before is None:
+                tokens_before = sim.tokens
+            sim.run(length, 1)
+        assert tokens_before is not None and tokens_before <= 16, (seed, sim.ks)
+        assert not length.paused
+
+
+def test_resumes_when_drafting_would_pay_again():
+    sim = Sim(0.9, t_draft=0.05, a=0.004, b=0.1)
+    length = sim.run(auto(), 300)
+    assert length.paused
+    sim.a, sim.b = 1.0, 0.01  # the machine changes: verification becomes nearly flat (say, a GPU offload)
+    sim.run(length, GAP_MAX + 50)
+    assert not length.paused and length.k >= 4
+
+
+def test_memory_carries_across_generations():
+    sim = Sim(0.83, t_draft=0.053, a=0.004, b=0.1)
+    length = sim.run(auto(), 100)
+    assert length.paused
+    length.begin()  # the next request on the same pair starts paused: no re-measuring at every message
+    assert length.paused and length.k == 0
+    fresh = auto()
+    assert fresh.k == 0 and not fresh.paused  # a fresh controller measures a plain step first
 
 
 def test_bound_formula():

@@ -172,6 +172,10 @@ class Model:
                 logits = np.array(rows[0], copy=True)
         return logits
 
+    def missing(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens`` a :meth:`sync` would decode (those past the common prefix)."""
+        return len(tokens) - _common_prefix(self.cached, tokens)
+
     def rollback(self, n_keep: int) -> None:
         """Drop every cached position >= ``n_keep``; checked (recurrent memory refuses partial removal)."""
         if n_keep >= len(self.cached):

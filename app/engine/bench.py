@@ -101,7 +101,7 @@ class RunResult:
 def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig) -> RunResult:
     """One generation from a cold cache (the prompt is processed afresh, and not timed)."""
     pair.reset()
-    out, stats = run(pair.target, tokens, cfg, pair.proposer(cfg))
+    out, stats = run(pair.target, tokens, cfg, pair.proposer(cfg), length=pair.draft_length(cfg))
     return RunResult(out, stats)
 
 
@@ -207,9 +207,15 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
         "acceptance_rate": s["acceptance_rate"], "mean_accepted": s["mean_accepted"], "alpha": s["alpha"],
         "mean_k": s["mean_k"], "per_position": s["per_position"], "histogram": s["histogram"],
         "c": c, "v": v, "bound": bound, "identical": identical, "mismatch": mismatch,
+        "paused": paused_share(s), "limit": s["limit"],
         "tokens": len(plain[0].tokens), "plain_runs": [r.tps for r in plain], "spec_runs": [r.tps for r in spec],
         "_sums": s,
     }
+
+
+def paused_share(pooled: dict) -> Optional[float]:
+    """The share of target passes that auto K decoded plainly because drafting was expected to lose."""
+    return pooled["paused_steps"] / pooled["steps"] if pooled.get("steps") else None
 
 
 def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference: Optional[str] = None) -> dict:
@@ -229,6 +235,8 @@ def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference:
         "v": median([p["v"] for p in per_prompt]),
         "bound": bound,
         "efficiency": speedup / bound if speedup and bound else None,
+        "paused": paused_share(pooled) if pooled else None,
+        "limit": pooled.get("limit"),
         "k": cfg.k,
         "mean_k": pooled.get("mean_k"),
         "per_position": pooled.get("per_position", []),

@@ -34,6 +34,9 @@ class StepEvent:
     t_verify: float  # seconds in the target's pass (decode + sampling)
     k: int  # the draft limit in force this step
     t_step: float = 0.0  # wall seconds of the whole step (draft + verify + bookkeeping)
+    paused: bool = False  # auto K chose not to draft this step (K = 0): drafting is expected to lose
+    probe: bool = False  # auto K drafted this step to measure (acceptance, draft and verify costs)
+    limit: Optional[str] = None  # while paused: why, in words
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 from app.engine.backend import ContextFullError, Model, RollbackError
 from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
-from app.engine.proposers import Draft, Proposer
+from app.engine.proposers import Draft, PromptLookupProposer, Proposer
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats
 from app.engine.text import Utf8Stream
@@ -97,12 +97,15 @@ def judge(logits: np.ndarray, draft: Draft, history: Sequence[int], cfg: GenConf
 
 def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
              stop: Optional[threading.Event] = None, baseline_tps: Optional[float] = None,
-             on_prefill: Optional[Callable[[float], None]] = None) -> Iterator[Event]:
+             on_prefill: Optional[Callable[[float], None]] = None,
+             length: Optional[DraftLength] = None) -> Iterator[Event]:
     """Generate from ``prompt`` (token ids); yields TokenEvents and StepEvents, then one DoneEvent.
 
     ``proposer`` is used when ``cfg.speculative``; ``stop`` ends generation at the next step boundary;
-    ``baseline_tps`` (plain tokens/s of this target here) lets the final stats carry speedup, c, v and bound.
-    Raises ContextFullError (prompt too long) and RollbackError (speculation on recurrent memory) up front.
+    ``baseline_tps`` (plain tokens/s of this target here) lets the final stats carry speedup, c, v and bound;
+    ``length``: a draft-length controller that carries what earlier generations measured (a fresh one for
+    ``cfg.k`` if None). Raises ContextFullError (prompt too long) and RollbackError (speculation on recurrent
+    memory) up front.
     """
     cfg.validate()
     if not prompt:
@@ -118,16 +121,19 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
                             "rejected draft tokens; turn speculation off for this model")
     rng = make_rng(cfg.sampler)
     sample_draft = not cfg.sampler.greedy and cfg.rule == "rejection"
+    length = length or DraftLength(cfg.k, cfg.k_max)
+    length.begin()
+    free: Optional[Proposer] = None  # prompt lookup for the controller's free probes
 
     t0 = time.perf_counter()
     target.sync(prompt[:-1], need_logits=False)
     if spec is not None:
-        spec.begin(prompt)
+        spec.begin(prompt, warm=not length.paused)  # paused: the draft catches up only if drafting resumes
     if on_prefill:
         on_prefill(time.perf_counter() - t0)
 
     tokens = list(prompt)
-    stream, stats, length = Utf8Stream(), Stats(), DraftLength(cfg.k, cfg.k_max)
+    stream, stats = Utf8Stream(), Stats()
     text: list[str] = []
     emitted, step, reason = 0, 0, None
     while reason is None:
@@ -140,7 +146,13 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
             reason = "context"
             break
         k = min(length.k, cfg.max_tokens - emitted - 1, room - 1) if spec is not None else 0
-        draft = spec.propose(tokens, k, cfg.sampler, rng, sample_draft) if k > 0 else Draft()
+        source = spec
+        if k > 0 and length.free_probe and spec.name != PromptLookupProposer.name:
+            if free is None:
+                free = PromptLookupProposer()
+                free.begin(prompt)
+            source = free
+        draft = source.propose(tokens, k, cfg.sampler, rng, sample_draft) if k > 0 else Draft()
 
         t_pass = time.perf_counter()
         batch = [tokens[-1]] + draft.tokens
@@ -165,9 +177,12 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
             if emitted >= cfg.max_tokens:
                 reason = "max_tokens"
                 break
-        length.update(len(draft.tokens), n, draft.seconds, t_verify)
+        probe = spec is not None and length.probing and bool(draft.tokens)  # (a probe may find nothing)
+        paused = spec is not None and length.paused and not probe
+        length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced)
         step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
-                            t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step)
+                            t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
+                            paused=paused, probe=probe, limit=length.limit() if paused else None)
         stats.add(step_ev)
         stats.t_total += step_ev.t_step
         step += 1
@@ -179,15 +194,16 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
     if tail:
         text.append(tail)
         yield TokenEvent(token=-1, text=tail, kind=PLAIN, step=step, index=emitted)
+    stats.limit = (length.limit() or stats.limit) if stats.paused_steps else None
     yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps), text="".join(text),
                     tokens=tuple(tokens[len(prompt):]))
 
 
 def run(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
-        baseline_tps: Optional[float] = None) -> tuple[list[int], dict]:
+        baseline_tps: Optional[float] = None, length: Optional[DraftLength] = None) -> tuple[list[int], dict]:
     """Run a whole generation; (generated token ids, stats summary, with speedup if a baseline is given)."""
     done = None
-    for ev in generate(target, prompt, cfg, proposer, baseline_tps=baseline_tps):
+    for ev in generate(target, prompt, cfg, proposer, baseline_tps=baseline_tps, length=length):
         if isinstance(ev, DoneEvent):
             done = ev
     assert done is not None

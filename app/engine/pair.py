@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from app.engine import vocab
 from app.engine.backend import LoadOptions, Model
+from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
@@ -23,6 +24,7 @@ class Pair:
         self.target = target
         self.draft: Optional[Model] = None
         self._target_vocab = target.vocab_info()
+        self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
         if draft is not None:
             self.set_draft(draft)
 
@@ -61,6 +63,7 @@ class Pair:
                 draft.close()
                 raise
         old, self.draft = self.draft, draft
+        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] != "draft"}  # other costs now
         return old
 
     def proposer(self, cfg: GenConfig) -> Optional[Proposer]:
@@ -72,6 +75,16 @@ class Pair:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
         p_min = cfg.p_min if cfg.k == "auto" else 0.0
         return DraftModelProposer(self.draft, p_min=p_min)
+
+    def draft_length(self, cfg: GenConfig) -> Optional[DraftLength]:
+        """The auto-K controller for ``cfg``'s proposer, kept across generations so that what it measured
+        (verify cost, draft cost, whether drafting pays here) carries over; None for a fixed K or plain."""
+        if not cfg.speculative or cfg.k != "auto":
+            return None
+        key = (cfg.proposer, cfg.k_max)
+        if key not in self._lengths:
+            self._lengths[key] = DraftLength("auto", cfg.k_max)
+        return self._lengths[key]
 
     # --- prompts ---------------------------------------------------------------------------------------
 
@@ -93,7 +106,7 @@ class Pair:
                  baseline_tps: Optional[float] = None,
                  on_prefill: Optional[Callable[[float], None]] = None) -> Iterator[Event]:
         return generate(self.target, prompt, cfg, self.proposer(cfg), stop=stop, baseline_tps=baseline_tps,
-                        on_prefill=on_prefill)
+                        on_prefill=on_prefill, length=self.draft_length(cfg))
 
     def reset(self) -> None:
         """Forget cached prompts (KV caches), e.g. before a benchmark run."""

@@ -26,13 +26,15 @@ class Draft:
     q: Optional[list[np.ndarray]] = None  # one distribution per token, or None (deterministic)
     probs: list[Optional[float]] = field(default_factory=list)  # proposer's confidence per token, for display
     seconds: float = 0.0
+    synced: int = 0  # history tokens the proposer had to catch up on before drafting (1 in steady state)
 
 
 class Proposer(Protocol):
     name: str
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        """A new generation starts from ``prompt`` (may prefill caches)."""
+    def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
+        """A new generation starts from ``prompt``. ``warm``: prefill caches now (False while speculation is
+        paused; ``propose`` must then catch up by itself)."""
 
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
                 rng: np.random.Generator, sample: bool) -> Draft:
@@ -57,8 +59,9 @@ class DraftModelProposer:
         self.model = model
         self.p_min = p_min
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        self.model.sync(prompt[:-1], need_logits=False)
+    def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
+        if warm:
+            self.model.sync(prompt[:-1], need_logits=False)
 
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
                 rng: np.random.Generator, sample: bool) -> Draft:
@@ -68,6 +71,7 @@ class DraftModelProposer:
         k = min(k, room)
         if k <= 0:
             return draft
+        draft.synced = self.model.missing(history)
         logits = self.model.sync(history)
         recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
         for j in range(k):
@@ -109,7 +113,7 @@ class PromptLookupProposer:
         self.index: dict[tuple, int] = {}  # n-gram -> position just after its latest occurrence
         self.seen = 0  # n-grams ending at positions <= seen are indexed
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         self.index.clear()
         self.seen = 0
 

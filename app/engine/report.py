@@ -12,7 +12,7 @@ from app.engine import plots
 CSV_FILE, REPORT_FILE, JSON_FILE = "cells.csv", "report.md", "result.json"
 CSV_COLUMNS = ("draft", "proposer", "k", "p_min", "speedup", "speedup_min", "speedup_max", "acceptance_rate",
                "mean_accepted", "mean_k", "c", "v", "bound", "tps", "baseline_tps", "prompts", "complete",
-               "per_position")
+               "paused", "per_position")
 
 
 def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
@@ -54,19 +54,28 @@ def recommendation_line(rec: Optional[dict]) -> str:
     text = (f"{rec['draft']}, K={k_label(rec)}: {_fmt(rec['speedup'], '.2f', 'x')} "
             f"(spread {_fmt(rec.get('speedup_min'), '.2f')}–{_fmt(rec.get('speedup_max'), '.2f', 'x')})")
     if not rec.get("beats_plain", True):
-        text += " — slower than plain decoding here: turn speculation off"
+        text = f"off (plain decoding) — the best drafting cell, {text}, is slower than plain decoding here"
     return text
 
 
+OFF_ROW = {"draft": "off (plain decoding)", "k": "-", "speedup": 1.0}
+
+
 def cells_table(cells: Sequence[dict]) -> str:
-    head = "| draft | K | speedup | spread | accept | tok/pass | c | v | bound | tok/s | prompts |"
+    """Every cell ranked by speedup, with "off" (plain decoding, 1.00x by definition) ranked among them."""
+    head = "| draft | K | speedup | spread | accept | tok/pass | c | v | bound | paused | tok/s | prompts |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for c in sorted(cells, key=lambda c: -(c["speedup"] or 0)):
+    for c in sorted([*cells, OFF_ROW], key=lambda c: -(c["speedup"] or 0)):
+        if c is OFF_ROW:
+            lines.append(f"| {c['draft']} | - | 1.00x | - | - | 1.00 | - | 1.00 | - | - | - | - |")
+            continue
         lines.append(
             f"| {c['draft']} | {k_label(c)} | {_fmt(c['speedup'], '.2f', 'x')} | "
             f"{_fmt(c.get('speedup_min'))}–{_fmt(c.get('speedup_max'))} | {_fmt(c['acceptance_rate'], '.0%')} | "
             f"{_fmt(c['mean_accepted'])} | {_fmt(c['c'])} | {_fmt(c['v'])} | {_fmt(c['bound'], '.2f', 'x')} | "
-            f"{_fmt(c.get('tps'), '.1f')} | {c.get('prompts', '-')} |")
+            f"{_fmt(c.get('paused'), '.0%')} | {_fmt(c.get('tps'), '.1f')} | {c.get('prompts', '-')} |")
+    limits = {c["limit"] for c in cells if c.get("limit")}
+    lines += ["", *(f"Auto K paused speculation: {text}." for text in sorted(limits))] if limits else []
     return "\n".join(lines)
 
 

@@ -55,6 +55,9 @@ class Stats:
     tested_at: list = field(default_factory=list)  # per draft position: times judged
     accepted_at: list = field(default_factory=list)  # per draft position: times accepted
     histogram: list = field(default_factory=list)  # histogram[n] = steps that accepted n tokens
+    paused_steps: int = 0  # plain steps taken because auto K expected drafting to lose
+    probe_steps: int = 0  # steps auto K drafted to measure while paused (or before it knew the costs)
+    limit: Optional[str] = None  # why speculation paused, in words (set by the loop at the end)
 
     def add(self, ev: StepEvent) -> None:
         self.steps += 1
@@ -63,6 +66,10 @@ class Stats:
         self.accepted += ev.accepted
         self.t_draft += ev.t_draft
         self.t_verify += ev.t_verify
+        self.paused_steps += ev.paused
+        self.probe_steps += ev.probe
+        if ev.paused and ev.limit:
+            self.limit = ev.limit  # live: why the latest pause happened
         if ev.drafted:
             self.spec_steps += 1
             self.t_verify_spec += ev.t_verify
@@ -124,6 +131,9 @@ class Stats:
             "t_total": self.t_total,
             "baseline_tps": baseline_tps,
             "speedup": speedup,
+            "paused_steps": self.paused_steps,
+            "probe_steps": self.probe_steps,
+            "limit": self.limit,
         }
         c, v, bound = costs(out, baseline_tps)
         out.update(c=c, v=v, bound=bound, efficiency=speedup / bound if speedup and bound else None)
@@ -138,8 +148,9 @@ def _grow(values: list, n: int) -> None:
 def pool(summaries: Sequence[dict]) -> dict:
     """Pool several runs' ``Stats.summary`` dicts: counters summed, rates recomputed from the sums."""
     keys = ("drafted", "accepted", "rejections", "spec_steps", "steps", "tokens", "t_draft", "t_verify",
-            "t_verify_spec")
+            "t_verify_spec", "paused_steps", "probe_steps")
     s = {k: sum(st.get(k, 0) for st in summaries) for k in keys}
+    s["limit"] = next((st["limit"] for st in reversed(summaries) if st.get("limit")), None)
     trials = s["accepted"] + s["rejections"]
     s["alpha"] = s["accepted"] / trials if trials else 0.0
     s["acceptance_rate"] = s["accepted"] / s["drafted"] if s["drafted"] else 0.0

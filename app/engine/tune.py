@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from app.engine.backend import BackendError, LoadOptions, Model
-from app.engine.bench import Prompt, measure
+from app.engine.bench import Prompt, measure, paused_share
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair
 from app.engine.sampling import SamplerSettings
@@ -179,7 +179,8 @@ def _prompt_entry(prompt: Prompt, runs: list[tuple[dict, float]]) -> dict:
     return {"id": prompt.id, "category": prompt.category, "speedup": median(speedups),
             "tps": median(st["tokens_per_s"] for st, _ in runs), "baseline_tps": base,
             "acceptance_rate": s["acceptance_rate"], "mean_accepted": s["mean_accepted"], "alpha": s["alpha"],
-            "mean_k": s["mean_k"], "c": c, "v": v, "bound": bound, "_sums": s}
+            "mean_k": s["mean_k"], "c": c, "v": v, "bound": bound, "paused": paused_share(s), "limit": s["limit"],
+            "_sums": s}
 
 
 def cell_summary(cand: Candidate, k, p_min, per_prompt: list[dict], n_prompts: int) -> dict:
@@ -194,6 +195,7 @@ def cell_summary(cand: Candidate, k, p_min, per_prompt: list[dict], n_prompts: i
         "acceptance_rate": med("acceptance_rate"), "mean_accepted": med("mean_accepted"), "alpha": med("alpha"),
         "mean_k": med("mean_k"), "c": med("c"), "v": med("v"), "bound": med("bound"),
         "tps": med("tps"), "baseline_tps": med("baseline_tps"), "per_position": pooled["per_position"],
+        "paused": paused_share(pooled), "limit": pooled["limit"],
         "prompts": len(per_prompt), "complete": len(per_prompt) == n_prompts,
         "per_prompt": [{k2: v2 for k2, v2 in p.items() if k2 != "_sums"} for p in per_prompt],
     }
