@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     ui.set_defaults(func=_ui)
 
     setup = sub.add_parser("setup", help="fetch and derive the offline demo pairs, then exit")
-    setup.add_argument("--pair", action="append", help="pair id (repeatable; default: every offline pair)")
+    setup.add_argument("--pair", action="append",
+                       help="pair id (repeatable; default: every offline pair not marked on_demand)")
     setup.set_defaults(func=_setup)
 
     from app import bench_cli
@@ -61,12 +62,15 @@ def main(argv: list[str]) -> int:
 
 def _setup(args: argparse.Namespace) -> int:
     from app.models.catalog import load
-    from app.models.provision import ensure_pair
+    from app.models.provision import FETCH_ERRORS, ensure_pair
 
     cat = load()
-    pair_ids = args.pair or [p.id for p in cat.pairs.values() if p.offline]
-    for pid in pair_ids:
-        pair, target, draft = ensure_pair(pid, cat)
+    for pid in args.pair or cat.setup_pairs():
+        try:
+            pair, target, draft = ensure_pair(pid, cat)
+        except FETCH_ERRORS as exc:
+            print(f"error: pair {pid}: {exc}", file=sys.stderr)
+            return 1
         print(f"[tandem] pair {pair.id}: target {target.name}, draft {draft.name}")
     return 0
 

@@ -64,6 +64,7 @@ class PairEntry:
     use: tuple[str, ...] = ()
     default: bool = False
     offline: bool = False
+    on_demand: bool = False  # fetched only when asked for, never by the default setup
     notes: str = ""
 
 
@@ -79,6 +80,19 @@ class Catalog:
                 return pair
         return next(iter(self.pairs.values()))
 
+    def setup_pairs(self) -> list[str]:
+        """The pairs ``launcher.py setup`` (and the test run) fetch when none is named: the offline demo pairs
+        that are not marked ``on_demand``."""
+        return [p.id for p in self.pairs.values() if p.offline and not p.on_demand]
+
+    def from_pypi(self, model_id: str) -> bool:
+        """True when the model comes from PyPI wheels, directly or derived from a model that does."""
+        entry, seen = self.models.get(model_id), set()
+        while entry is not None and entry.derive_from and entry.id not in seen:
+            seen.add(entry.id)
+            entry = self.models.get(entry.derive_from)
+        return entry is not None and bool(entry.pypi or entry.pypi_parts)
+
 
 # field -> (type, required). ``list`` means a list of strings.
 MODEL_FIELDS: dict[str, tuple[type, bool]] = {
@@ -92,7 +106,8 @@ MODEL_FIELDS: dict[str, tuple[type, bool]] = {
 }
 PAIR_FIELDS: dict[str, tuple[type, bool]] = {
     "name": (str, True), "target": (str, True), "draft": (str, True), "k": (object, False),
-    "use": (list, False), "default": (bool, False), "offline": (bool, False), "notes": (str, False),
+    "use": (list, False), "default": (bool, False), "offline": (bool, False),
+    "on_demand": (bool, False), "notes": (str, False),
 }
 USES = ("chat", "code", "completion", "reasoning")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

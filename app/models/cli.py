@@ -1,7 +1,8 @@
 """``launcher.py models …``: the model manager from the command line.
 
     models list [--json]                 installed models with GGUF metadata, then the catalog
-    models pull REPO_ID FILENAME         download a file from the Hub (or: models pull CATALOG_ID)
+    models pull REPO_ID FILENAME         download a file from the Hub
+    models pull CATALOG_ID               fetch a catalog model, or both models of a catalog pair
     models import PATH [--copy]          add a local .gguf
     models delete ID                     delete (or forget) an installed model
     models check TARGET DRAFT [--json]   compatibility, from GGUF metadata (exit 1 when incompatible)
@@ -27,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)
 
-    pull = msub.add_parser("pull", help="download a GGUF from the Hub (HF_ENDPOINT / HF_TOKEN apply)")
-    pull.add_argument("repo", help="REPO_ID (owner/name), or a catalog model id")
+    pull = msub.add_parser("pull", help="download a GGUF from the Hub (HF_ENDPOINT / HF_TOKEN apply), or fetch "
+                                        "a catalog model or pair from wherever the catalog says")
+    pull.add_argument("repo", help="REPO_ID (owner/name), or a catalog model or pair id")
     pull.add_argument("filename", nargs="?", help="file in the repository")
     pull.add_argument("--revision", default="main")
     pull.set_defaults(func=cmd_pull)
@@ -104,20 +106,24 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     from app.models.catalog import load
-    from app.models.download import DownloadError, pull, pull_entry
-    from app.models.fileops import ChecksumError, DiskFullError
+    from app.models.download import pull
+    from app.models.provision import FETCH_ERRORS, ensure_model, ensure_pair
 
     try:
-        if args.filename is None:
-            cat = load()
-            if args.repo not in cat.models or not cat.models[args.repo].repo:
-                return _fail(f"{args.repo!r} is not a catalog model on the Hub; give REPO_ID FILENAME", 2)
-            path = pull_entry(cat.models[args.repo])
+        if args.filename is not None:
+            print(f"installed {pull(args.repo, args.filename, args.revision)}")
+            return 0
+        cat = load()
+        if args.repo in cat.pairs:
+            pair, target, draft = ensure_pair(args.repo, cat)
+            print(f"installed pair {pair.id}:\n  target {target}\n  draft  {draft}")
+        elif args.repo in cat.models:
+            print(f"installed {ensure_model(cat, args.repo)}")
         else:
-            path = pull(args.repo, args.filename, args.revision)
-    except (DownloadError, ChecksumError, DiskFullError) as exc:
+            return _fail(f"{args.repo!r} is neither a catalog pair nor a catalog model; "
+                         "to pull from the Hub give REPO_ID FILENAME", 2)
+    except FETCH_ERRORS as exc:
         return _fail(str(exc))
-    print(f"installed {path}")
     return 0
 
 

@@ -60,7 +60,8 @@ def describe(ref: str, cat: Optional[Catalog] = None, offline: bool = False) -> 
         v, m, side = describe(entry.derive_from, cat, offline)
         return v, m, Side(ref, entry.id, f"{side.where} (of {entry.derive_from})", None, side.bytes_read, side.meta)
     if not entry.repo:
-        raise CompatError(f"{ref} is not installed yet (run `launcher.py setup`) and has no Hub header to read")
+        raise CompatError(f"{ref} is not installed yet (run `launcher.py models pull {ref}`) and has no Hub "
+                          "header to read")
     from app.models import remote
 
     got = remote.cached_header(entry.repo, entry.file)

@@ -71,11 +71,12 @@ def sha256_file(path: Path, label: str = "", progress: Optional[Progress] = None
     return h.hexdigest()
 
 
-def check_free_space(directory: Path, needed: int, margin: int = 64 << 20) -> None:
+def check_free_space(directory: Path, needed: int, margin: int = 64 << 20, what: str = "") -> None:
     free = shutil.disk_usage(directory).free
     if free < needed + margin:
         raise DiskFullError(
-            f"not enough disk space in {directory}: need {needed / 1e9:.2f} GB, {free / 1e9:.2f} GB free"
+            f"not enough disk space in {directory}{' ' + what if what else ''}: need {needed / 1e9:.2f} GB, "
+            f"{free / 1e9:.2f} GB free"
         )
 
 

