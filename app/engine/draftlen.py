@@ -180,12 +180,13 @@ class DraftLength:
         t1 = a + b
         c = (self.t_d or 0.0) / t1
         r = self.rates()
-        if not self.can_pay():
+        if not self.can_pay():  # name the culprit: a draft as dear as the target, a verify as dear as K+1 steps
             n = min(4, self.k_max) + 1
             v = (a + b * n) / t1
-            cost = f" and a draft token costs {c:.2f} of a step" if c >= 0.05 else ""
-            return (f"verifying {n} tokens costs {v:.1f} target steps on this machine{cost}: drafting cannot "
-                    f"pay here, however often the draft is right — decoding plainly")
+            parts = ([f"a draft token costs {c:.2f} of a target step"] if c >= 0.5 or v <= n / 2 else []) + \
+                    ([f"verifying {n} tokens costs {v:.1f} target steps"] if v > n / 2 else [])
+            return (f"{' and '.join(parts)} on this machine: drafting cannot pay here, however often the draft "
+                    f"is right — decoding plainly")
         best = max(range(1, self.k_max + 1), key=lambda k: r[k])
         v = (a + b * (best + 1)) / t1
         return (f"the draft agrees with the target {self.alpha:.0%} of the time, costs {c:.2f} of a target step "
