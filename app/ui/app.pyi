@@ -1,0 +1,204 @@
+"""Gradio Blocks app: builds the tabs around one AppState and serves them.
+
+``serve`` is what ``python launcher.py`` runs: it makes the demo pair present (progress in the terminal),
+loads it, builds the UI and serves it on the first free port from ``port``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import sys
+from typing import Optional
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and private: no telemetry calls
+
+import gradio as gr  # noqa: E402
+
+from app.engine.backend import LoadOptions  # noqa: E402
+from app.ui import api, chat_tab, compare_tab, pair_tab, panel  # noqa: E402
+from app.ui.runner import describe_error  # noqa: E402
+from app.ui.state import AppState, backend_name, session_key  # noqa: E402
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+GEN = dict(concurrency_id="generation", concurrency_limit=1)
+
+
+def say(message: str) -> None:
+    print(f"[tandem] {message}", flush=True)
+
+
+def theme() -> gr.themes.Base:
+    system = ["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"]
+    mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
+    return gr.themes.Soft(primary_hue="emerald", secondary_hue="sky", neutral_hue="slate", font=system,
+                          font_mono=mono, radius_size="md", spacing_size="sm", text_size="md")
+
+
+def _optional_tab(name: str, state: AppState) -> None:
+    """Build another engineer's tab if its module exists and exposes build(state); never break ours."""
+    try:
+        module = importlib.import_module(f"app.ui.{name}")
+    except ImportError as exc:
+        if exc.name and exc.name.endswith(name):
+            gr.Markdown("Not available in this build.")
+            return
+        gr.Markdown(f"This tab could not be loaded: {panel.esc(describe_error(exc))}")
+        return
+    build = getattr(module, "build", None)
+    if not callable(build):
+        gr.Markdown("Not available in this build.")
+        return
+    try:
+        build(state)
+    except Exception as exc:  # pragma: no cover - depends on the other tab
+        gr.Markdown(f"This tab failed to build: {panel.esc(describe_error(exc))}")
+
+
+def build_app(state: AppState) -> gr.Blocks:
+    with gr.Blocks(title="Tandem — speculative decoding", analytics_enabled=False) as demo:
+        _api_endpoints(state)  # first, so /chat and /compare keep their names whatever the tabs call their handlers
+        header = gr.HTML(_header(state), elem_id="tdm-header")
+        with gr.Tabs():
+            with gr.Tab("Chat", id="chat"):
+                chat_ctrl = chat_tab.build(state)
+            with gr.Tab("Compare", id="compare"):
+                compare_ctrl = compare_tab.build(state)
+            with gr.Tab("Pair settings", id="pair"):
+                pair_info, pair_loaded = pair_tab.build(state)
+            with gr.Tab("Models", id="models"):
+                _optional_tab("models_tab", state)
+            with gr.Tab("Benchmark", id="bench"):
+                _optional_tab("bench_tab", state)
+        pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False)
+
+        def on_load():
+            return [_header(state), pair_tab.info_html(state), *chat_ctrl.refresh(state),
+                    *compare_ctrl.refresh(state)]
+
+        demo.load(on_load, None, [header, pair_info, *chat_ctrl.components, *compare_ctrl.components],
+                  api_visibility="private", queue=False)
+    return demo
+
+
+def _header(state: AppState) -> str:
+    info = state.describe_pair()
+    if info["loaded"]:
+        t, d = info["target"], info.get("draft")
+        pair = f"{t['file']} ← {d['file']}" if d else f"{t['file']} (no draft)"
+    else:
+        pair = "no pair loaded"
+    return (f'<div style="display:flex;justify-content:space-between;align-items:baseline;gap:12px">'
+            f'<div><span style="font-size:20px;font-weight:700">Tandem</span> '
+            f'<span class="tdm-muted">speculative decoding, locally</span></div>'
+            f'<div class="tdm-muted">{panel.esc(pair)} · {panel.esc(backend_name())}</div></div>')
+
+from gradio.events import Dependency
+
+class _RawText(gr.Textbox):
+    """A text input that hands the handler what the client sent: ``gr.Textbox`` turns a number or a list into
+    a string, and the API must answer such a message with an error, not a reply."""
+
+    is_template = True  # drawn by the frontend as a plain Textbox
+
+    def preprocess(self, payload):
+        return payload
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+def _api_endpoints(state: AppState) -> None:
+    """``/chat`` and ``/compare`` for gradio_client (hidden components, documented in the README)."""
+    with gr.Row(visible=False):
+        message = _RawText(label="message")
+        history = gr.JSON(label="history")
+        settings = gr.JSON(label="settings")
+        chat_out = gr.JSON(label="result")
+        prompt = _RawText(label="prompt")
+        compare_out = gr.JSON(label="result")
+        runs = gr.State([])
+        chat_btn = gr.Button("chat")
+        compare_btn = gr.Button("compare")
+
+    def chat(message: str, history: list, settings: dict, request: gr.Request):
+        """Streamed chat reply; the last output has text, acceptance_rate, mean_accepted, tokens_per_s, tokens."""
+        yield from api.api_chat(state, message, history, settings, session_key(request, "api"))
+
+    def compare(prompt: str, settings: dict, runs: list, request: gr.Request):
+        """Plain and speculative runs of one prompt; the last output has plain_text, spec_text, identical,
+        speedup, acceptance_rate, plain_tps, spec_tps."""
+        for payload in api.api_compare(state, prompt, settings, session_key(request, "api"), runs):
+            yield payload
+
+    chat_btn.click(chat, [message, history, settings], [chat_out], api_name="chat", **GEN)
+    compare_btn.click(compare, [prompt, settings, runs], [compare_out], api_name="compare", **GEN)
+
+
+def free_port(host: str, start: int, tries: int = 50) -> int:
+    for port in range(start, start + tries):
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+                return port
+            except OSError:
+                continue
+    raise SystemExit(f"no free port in {start}..{start + tries - 1} on {host}")
+
+
+def startup_pair(state: AppState, pair_id: Optional[str]) -> None:
+    """Make the demo (or chosen) pair present and load it; on failure the app starts and says why."""
+    try:
+        from app.models.provision import ensure_pair
+
+        say("checking the demo models (the first start downloads them, about a minute)")
+        entry, target, draft = ensure_pair(pair_id)
+        say(f"loading pair {entry.id}: target {target.name}, draft {draft.name} on {backend_name()}")
+        state.load(target, draft, state.target_options, None, pair_id=entry.id)
+        from app.ui.baseline import warm_up
+
+        warm_up(state)
+        if entry.k not in (None, "auto"):
+            state.defaults.setdefault("k", entry.k)
+        say("pair loaded")
+    except Exception as exc:
+        state.load_error = describe_error(exc)
+        say(f"could not prepare the pair: {state.load_error}")
+        say("the app starts anyway; choose a pair in Pair settings")
+
+
+def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, auth: Optional[str] = None,
+          pair_id: Optional[str] = None) -> int:
+    credentials = None
+    if auth:
+        user, sep, password = auth.partition(":")
+        if not sep or not user or not password:
+            raise SystemExit("--auth must be user:password")
+        credentials = (user, password)
+    if host not in LOOPBACK:
+        if credentials is None:
+            raise SystemExit(f"refusing to serve on {host}: anyone on the network could use it. "
+                             "Add --auth user:password, or keep the default 127.0.0.1.")
+        say(f"WARNING: serving on {host} — reachable from other machines; protect it (password, firewall).")
+    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1))
+    startup_pair(state, pair_id)
+    demo = build_app(state)
+    demo.queue(default_concurrency_limit=4)
+    chosen = free_port(host, port)
+    if chosen != port:
+        say(f"port {port} is taken; using {chosen}")
+    say(f"serving on http://{'127.0.0.1' if host == 'localhost' else host}:{chosen}  (Ctrl+C to quit)")
+    try:
+        demo.launch(server_name=host, server_port=chosen, inbrowser=open_browser, auth=credentials,
+                    share=False, show_error=True, quiet=True, theme=theme(), css=panel.CSS,
+                    footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False)
+    finally:
+        state.unload()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(serve())
