@@ -95,24 +95,23 @@ def _header(state: AppState) -> str:
             f'<div class="tdm-muted">{panel.esc(pair)} · {panel.esc(backend_name())}</div></div>')
 
 
-class _RawText(gr.Textbox):
-    """A text input that hands the handler what the client sent: ``gr.Textbox`` turns a number or a list into
-    a string, and the API must answer such a message with an error, not a reply."""
-
-    is_template = True  # drawn by the frontend as a plain Textbox
-
-    def preprocess(self, payload):
-        return payload
+def _raw_text(label: str) -> gr.Textbox:
+    """A hidden text input that hands the handler what the client sent: ``gr.Textbox`` turns a number or a
+    list into a string, and the API must answer such a message with an error, not a reply. (An instance
+    override: a subclass of a Gradio component would write a .pyi file next to this module.)"""
+    box = gr.Textbox(label=label)
+    box.preprocess = lambda payload: payload
+    return box
 
 
 def _api_endpoints(state: AppState) -> None:
     """``/chat`` and ``/compare`` for gradio_client (hidden components, documented in the README)."""
     with gr.Row(visible=False):
-        message = _RawText(label="message")
+        message = _raw_text("message")
         history = gr.JSON(label="history")
         settings = gr.JSON(label="settings")
         chat_out = gr.JSON(label="result")
-        prompt = _RawText(label="prompt")
+        prompt = _raw_text("prompt")
         compare_out = gr.JSON(label="result")
         runs = gr.State([])
         chat_btn = gr.Button("chat")
