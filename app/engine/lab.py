@@ -137,9 +137,9 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
 def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],
             progress: Optional[tune.Progress] = None, cancel: Optional[threading.Event] = None,
             history: Optional[History] = None, command: Optional[str] = None, store_tuned: bool = True) -> dict:
-    """Sweep with a history entry (running → complete | partial | failed: also when no draft could be
-    measured), artifacts in
-    ``TANDEM_HOME/pairlab/run-NNNN/``, and, for a complete run, the tuned settings for this machine."""
+    """Sweep with a history entry (running → complete | partial | failed, failed too when no draft could be
+    measured), artifacts in ``TANDEM_HOME/pairlab/run-NNNN/``, and, for a complete run, the tuned settings
+    for this machine."""
     machine = machine_info()
     hist = history or History()
     run_id = hist.start(pair_id, Path(pair.target.path).name, cfg.describe(), machine)
