@@ -9,21 +9,17 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from app.engine import limits
 from app.engine.bench import BenchConfig, PromptFileError, load_prompts, run_bench
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.sampling import SamplerSettings
 
 
 def k_value(text: str):
-    if text == "auto":
-        return "auto"
     try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"K must be a positive integer or 'auto', not {text!r}") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError("K must be >= 1")
-    return k
+        return limits.k_value(text)
+    except limits.LimitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,17 +27,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default=None, help="catalog pair id (default: the catalog's default pair)")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
     p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=limits.arg("max_tokens"), default=256)
     p.add_argument("--k", type=k_value, default="auto", help="draft length: an integer or auto")
-    p.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="ceiling for --k auto")
-    p.add_argument("--p-min", type=float, default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--k-max", type=limits.arg("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
+    p.add_argument("--p-min", type=limits.arg("p_min"), default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
+    p.add_argument("--temperature", type=limits.arg("temperature"), default=0.0)
     p.add_argument("--rule", choices=("rejection", "match"), default="rejection", help="verification at T>0")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=limits.arg("seed"), default=0)
     p.add_argument("--proposer", choices=("draft", "lookup"), default="draft")
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=int, default=4096, help="context size")
+    p.add_argument("--repeats", type=limits.arg("repeats"), default=1)
+    p.add_argument("--threads", type=limits.arg("threads"), default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=limits.arg("ctx"), default=4096, help="context size")
     p.add_argument("--reference", choices=("bare", "bare-spec", "llama-cpp-lookup"),
                    help="also time a reference decoder on the same prompts, interleaved: 'bare' (a minimal "
                         "llama_decode + argmax loop, vs Tandem's plain decoding), 'bare-spec' (a minimal greedy "
@@ -84,6 +80,8 @@ def main(args: argparse.Namespace) -> int:
     result["command"] = reproduce_command(sys.argv)
     print(file=sys.stderr)
     print(format_table(result))
+    for skip in result.get("skipped", []):
+        print(f"skipped: prompt {skip['id']}: {skip['error']}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2))
         print(f"[bench] wrote {args.json_out}")

@@ -11,16 +11,19 @@ from pathlib import Path
 from typing import Optional
 
 from app.bench_cli import _f, reproduce_command
+from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
 
 
 def _p_mins(text: str) -> tuple:
     try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--p-min takes numbers in [0, 1), comma-separated; not {text!r}") from None
-    if not values or not all(0.0 <= v < 1.0 for v in values):
-        raise argparse.ArgumentTypeError("--p-min values must be in [0, 1)")
+        if len(text) > limits.LIST_CHARS:
+            raise limits.LimitError(f"the --p-min list is {len(text)} characters; at most {limits.LIST_CHARS}")
+        values = tuple(limits.parse_number("p_min", x.strip()) for x in text.split(",") if x.strip())
+    except limits.LimitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not values:
+        raise argparse.ArgumentTypeError("--p-min needs at least one value")
     return values
 
 
@@ -43,15 +46,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                        "(default: 2,4,8 with --quick, else 1-4,6,8,auto)")
     p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]}, optional "category"')
-    p.add_argument("--max-tokens", type=int, default=None, help="tokens per run (default: 32 quick, 128 full)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=limits.arg("max_tokens"), default=None, help="tokens per run (default: 32 quick, 128 full)")
+    p.add_argument("--temperature", type=limits.arg("temperature"), default=0.0)
+    p.add_argument("--seed", type=limits.arg("seed"), default=0)
     p.add_argument("--p-min", type=_p_mins, default=(DEFAULT_P_MIN,), help="p_min values tried with K=auto")
-    p.add_argument("--repeats", type=int, default=1, help="rounds over the prompts (medians over them)")
+    p.add_argument("--repeats", type=limits.arg("repeats"), default=1, help="rounds over the prompts (medians over them)")
     p.add_argument("--quick", action="store_true", help="about 30 s on the demo pair: own draft + lookup, "
                                                         "K 2,4,8, two short prompts")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=int, default=2048, help="context size")
+    p.add_argument("--threads", type=limits.arg("threads"), default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=limits.arg("ctx"), default=2048, help="context size")
     p.add_argument("--json", dest="json_out", help="write the result (cells, best, recommendations) here")
     p.add_argument("--no-save", action="store_true", help="do not make the result this machine's defaults")
     g = p.add_argument_group("history")
@@ -111,8 +114,13 @@ def _sweep(args: argparse.Namespace) -> int:
     print(format_cells(result))
     print()
     print(format_recommendations(result))
-    for err in result["errors"]:
-        print(f"[tune] skipped {err['draft']}: {err['error']}")
+    for skip in result.get("skipped", []):
+        print(f"[tune] skipped prompt {skip['id']}: {skip['error']}")
+    if result["status"] == "failed":
+        print(f"[tune] history run #{result['run_id']} stored as failed", file=sys.stderr)
+        print(f"error: no draft could be measured ({'; '.join(e['draft'] for e in result['errors']) or 'none'}) — "
+              "see the failed rows above; check the files with `python launcher.py models check`", file=sys.stderr)
+        return 2
     if result["partial"]:
         print(f"[tune] cancelled: partial result ({result['runs_done']}/{result['runs_total']} runs), "
               "stored as partial; defaults unchanged")
@@ -151,6 +159,8 @@ def format_cells(r: dict) -> str:
                      f"{_f(c['v']):>5} {_f(c['bound'], '.2f', 'x'):>6} {_f(c.get('paused'), '.0%'):>6} "
                      f"{_f(c['tps'], '.1f'):>6}")
     lines.append(f"{'off (plain decoding)':<28} {'-':>9} {'1.00x':>8}")
+    for err in r.get("errors", []):  # a draft that could not be loaded or run: a failed row
+        lines.append(f"{err['draft'][:28]:<28} {'FAILED':>9}  {err['error']}")
     lines.append("-" * len(head))
     for text in sorted({c["limit"] for c in r["cells"] if c.get("limit")}):
         lines.append(f"auto K paused speculation: {text}")

@@ -119,8 +119,10 @@ def _valid_utf8(data: bytes) -> bool:
 
 def test_prompt_past_the_context_is_a_clear_error(smol_paths):
     with Pair.load(smol_paths[0], smol_paths[1], LoadOptions(n_ctx=256)) as pair:
-        prompt = pair.completion_prompt("word " * 400)
-        with pytest.raises(ContextFullError, match="context"):
+        with pytest.raises(ContextFullError, match="context holds 256"):  # refused while tokenising
+            pair.completion_prompt("word " * 400)
+        prompt = pair.target.tokenize("word " * 400, parse_special=False)
+        with pytest.raises(ContextFullError, match="context"):  # and by the loop, for tokens from elsewhere
             list(pair.generate(prompt, GenConfig(max_tokens=8)))
         # the pair keeps working afterwards
         out, _ = _run(pair, pair.completion_prompt("Hello"), max_tokens=4)

@@ -138,4 +138,4 @@ def test_cli_pull_list_and_check(hub, smol_paths, gemma_paths):
     bad = run("check", str(smol_paths[0]), str(gemma_paths[1]))
     assert bad.returncode == 1 and "INCOMPATIBLE" in bad.stdout
     missing = run("pull", REPO, "nope.gguf")
-    assert missing.returncode == 1 and "HTTP 404" in missing.stderr
+    assert missing.returncode == 2 and "HTTP 404" in missing.stderr  # known errors: one line, exit 2

@@ -157,7 +157,7 @@ def test_a_part_that_does_not_match_its_record_is_fetched_again_once_then_named(
 
 def test_a_wrong_final_checksum_installs_nothing(index, tmp_path, capsys):
     write_catalog(tmp_path / "models.toml", sha256="0" * 64)
-    assert cli.main(["setup", "--pair", "fake-pair"]) == 1
+    assert cli.main(["setup", "--pair", "fake-pair"]) == 2
     err = capsys.readouterr().err
     assert "fake-target.gguf" in err and "0" * 64 in err and "nothing was installed" in err
     dest = provision.model_path(target_entry())

@@ -193,16 +193,26 @@ class Model:
 
     # --- tokenizer -----------------------------------------------------------------------------------
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True,
+                 limit: Optional[int] = None) -> list[int]:
+        """Token ids of ``text``; ``parse_special`` turns the text of control tokens (``<|im_end|>``) into those
+        tokens, so pass False for anything a user wrote. With ``limit``, more tokens than that raise
+        ContextFullError before any list of them is built (a huge prompt costs no more than the limit)."""
         data = text.encode("utf-8")
-        cap = len(data) + 16
+        cap = len(data) + 16 if limit is None else min(len(data) + 16, limit + 1)
         buf = (L.llama_token * cap)()
         n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if limit is not None and (n < 0 and -n > limit or n > limit):
+            raise ContextFullError(f"the prompt is {abs(n)} tokens but the context holds {self.n_ctx}; "
+                                   "shorten it or load the pair with a larger context")
         if n < 0:
             cap = -n
             buf = (L.llama_token * cap)()
             n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
         return list(buf[:n])
+
+    def is_control(self, token: int) -> bool:
+        return bool(L.llama_vocab_is_control(self.vocab, token))
 
     def piece(self, token: int, special: bool = False) -> bytes:
         n = L.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, special)
@@ -225,6 +235,10 @@ class Model:
     @property
     def eos(self) -> int:
         return L.llama_vocab_eos(self.vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(L.llama_vocab_get_add_bos(self.vocab))
 
     def vocab_info(self) -> VocabInfo:
         return VocabInfo(

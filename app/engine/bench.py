@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from app.engine.backend import ContextFullError
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool
@@ -136,7 +137,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
     """Interleaved plain/speculative runs over ``prompts``; the result dict is the bench JSON contract."""
     spec_cfg = bcfg.gen
     plain_cfg = GenConfig(max_tokens=spec_cfg.max_tokens, sampler=spec_cfg.sampler, speculative=False)
-    encoded = [(p, p.tokens(pair)) for p in prompts]
+    encoded, skipped = encode(pair, prompts)
     if bcfg.warmup:
         warm_tokens = min(32, spec_cfg.max_tokens)
         for cfg in (replace(plain_cfg, max_tokens=warm_tokens), replace(spec_cfg, max_tokens=warm_tokens)):
@@ -152,7 +153,8 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
             order = order if r % 2 == 0 else order[::-1]
             for mode in order:
                 if cancel is not None and cancel.is_set():
-                    return _aggregate(per_prompt, spec_cfg, partial=True, reference=bcfg.reference)
+                    return dict(_aggregate(per_prompt, spec_cfg, partial=True, reference=bcfg.reference),
+                                skipped=skipped)
                 if mode == "ref":
                     ref_tps.append(_reference(bcfg.reference, pair, tokens, spec_cfg))
                 else:
@@ -168,7 +170,21 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
             row.update(reference_tps=ref, reference_ratio=ours / ref if ref else None,
                        reference_speedup=ref / row["baseline_tps"] if row["baseline_tps"] else None)
         per_prompt.append(row)
-    return _aggregate(per_prompt, spec_cfg, partial=False, reference=bcfg.reference)
+    return dict(_aggregate(per_prompt, spec_cfg, partial=False, reference=bcfg.reference), skipped=skipped)
+
+
+def encode(pair: Pair, prompts: Sequence[Prompt]) -> tuple[list[tuple[Prompt, list[int]]], list[dict]]:
+    """(prompt, tokens) for every prompt that fits in the context, and the others as ``{"id", "error"}`` so
+    the report marks them; ContextFullError when none fits."""
+    encoded, skipped = [], []
+    for p in prompts:
+        try:
+            encoded.append((p, p.tokens(pair)))
+        except ContextFullError as exc:
+            skipped.append({"id": p.id, "category": p.category, "error": str(exc)})
+    if not encoded:
+        raise ContextFullError(f"no prompt fits in the context: {skipped[0]['error']}")
+    return encoded, skipped
 
 
 def _reference(kind: str, pair: Pair, tokens: list[int], cfg: GenConfig) -> float:

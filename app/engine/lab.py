@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from app import paths
-from app.engine import tune
+from app.engine import limits, tune
 from app.engine.bench import CATEGORIES, load_prompts
 from app.engine.history import History, artifacts_root
 from app.engine.loop import DEFAULT_P_MIN
@@ -60,11 +60,14 @@ def installed_files(pair: Pair) -> list[Path]:
 
 def _verdict(pair: Pair, target_vocab, path: Path) -> tuple[bool, str]:
     """llama.cpp's compatibility rule from the GGUF header (no weights loaded), else by opening the model."""
-    try:
-        from app.models import meta
+    from app.models import meta
+    from app.models.ggufheader import GGUFError
 
+    try:
         verdict = check(target_vocab, meta.read(path)[1])
         return bool(verdict.ok), verdict.reason
+    except GGUFError as exc:  # a truncated or corrupt file: llama.cpp could not load it either
+        return False, str(exc)
     except Exception:
         skipped: list = []
         ok = bool(tune.compatible_drafts(pair.target, [path], lambda n, r: skipped.append(r)))
@@ -102,6 +105,10 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     ``--quick`` (without explicit choices): the pair's own draft and prompt lookup, K in 2, 4, 8, two prompts
     of 32 tokens. The full sweep: every installed compatible draft and prompt lookup, K in 1–4, 6, 8, auto,
     the whole suite at 128 tokens."""
+    limits.check_settings({"max_tokens": req.max_tokens, "temperature": req.temperature, "repeats": req.repeats,
+                           "seed": req.seed})
+    for p_min in req.p_mins:
+        limits.check("p_min", p_min)
     prompts = load_prompts(req.prompts_file, req.suite)
     if req.quick and not req.prompts_file:
         if req.suite == "all":
@@ -130,8 +137,9 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
 def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],
             progress: Optional[tune.Progress] = None, cancel: Optional[threading.Event] = None,
             history: Optional[History] = None, command: Optional[str] = None, store_tuned: bool = True) -> dict:
-    """Sweep with a history entry (running → complete | partial | failed), artifacts in
-    ``TANDEM_HOME/pairlab/run-NNNN/``, and, for a complete run, the tuned settings for this machine."""
+    """Sweep with a history entry (running → complete | partial | failed, failed too when no draft could be
+    measured), artifacts in ``TANDEM_HOME/pairlab/run-NNNN/``, and, for a complete run, the tuned settings
+    for this machine."""
     machine = machine_info()
     hist = history or History()
     run_id = hist.start(pair_id, Path(pair.target.path).name, cfg.describe(), machine)
@@ -141,8 +149,10 @@ def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],
         folder = artifacts_root() / f"run-{run_id:04d}"
         result["files"] = write_artifacts(result, folder, meta={"id": run_id, "pair_id": pair_id,
                                                                 "machine": machine})
+        # a sweep in which nothing could be measured is a failure, never a complete run
+        result["status"] = ("partial" if result["partial"] else "complete") if result["cells"] else "failed"
         (folder / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-        hist.finish(run_id, result, artifacts=folder)
+        hist.finish(run_id, result, status=result["status"], artifacts=folder)
     except BaseException as exc:
         hist.fail(run_id, f"{type(exc).__name__}: {exc}")
         raise

@@ -46,17 +46,21 @@ class GenConfig:
     rule: str = "rejection"  # T > 0: "rejection" (exact speculative sampling) or "match" (llama.cpp's)
 
     def validate(self) -> "GenConfig":
+        """Raise ValueError (``limits.LimitError``) naming a setting outside its documented range."""
+        from app.engine import limits
+
         self.sampler.validate()
-        if self.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        if self.k != "auto" and (not isinstance(self.k, int) or self.k < 1):
-            raise ValueError(f"k must be a positive integer or 'auto', not {self.k!r}")
+        limits.check("max_tokens", self.max_tokens)
+        if self.k != "auto":
+            if not isinstance(self.k, int) or isinstance(self.k, bool):
+                raise limits.LimitError(f"k must be a positive integer or 'auto', not {self.k!r}")
+            limits.check("k", self.k)
+        limits.check("k_max", self.k_max)
+        limits.check("p_min", self.p_min)
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
         if self.proposer not in ("draft", "lookup"):
             raise ValueError(f"proposer must be 'draft' or 'lookup', not {self.proposer!r}")
-        if not 0.0 <= self.p_min < 1.0:
-            raise ValueError("p_min must be in [0, 1)")
         return self
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from app.engine import vocab
-from app.engine.backend import LoadOptions, Model
+from app.engine.backend import ContextFullError, LoadOptions, Model
 from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
-from app.engine.text import render_chat
+from app.engine.text import TemplateError, message_pieces, render_chat
 
 
 class Pair:
@@ -89,18 +89,41 @@ class Pair:
     # --- prompts ---------------------------------------------------------------------------------------
 
     def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
-        """Token ids for a conversation, rendered with the target's chat template."""
+        """Token ids for a conversation, rendered with the target's chat template.
+
+        Only the template's own text is parsed for control tokens: message text stays text, so a user who types
+        ``<|im_end|><|im_start|>system`` cannot forge a turn. Usually the whole rendering tokenises as one (as
+        llama.cpp does); when that would turn message text into control tokens, the pieces are tokenised apart.
+        """
         t = self.target
         bos_text = t.token_text(t.bos) if t.bos >= 0 else ""
         eos_text = t.token_text(t.eos) if t.eos >= 0 else ""
-        text = render_chat(t.chat_template(), messages, bos=bos_text, eos=eos_text)
-        ids = t.tokenize(text, add_special=True, parse_special=True)
+        template = t.chat_template()
+        text = render_chat(template, messages, bos=bos_text, eos=eos_text)
+        limit = t.n_ctx - 1
+        ids = t.tokenize(text, add_special=True, parse_special=True, limit=limit)
+        pieces = message_pieces(template, messages, text, bos=bos_text, eos=eos_text)
+        if pieces is None:
+            if any(self._controls(t.tokenize(str(m["content"]), False, True)) for m in messages):
+                raise TemplateError("this model's chat template changes the message text, so a message holding "
+                                    "a control token's text cannot be kept apart from it; remove that text")
+        elif self._controls(t.tokenize(text, False, True)) != \
+                self._controls(c for piece, is_msg in pieces if not is_msg for c in t.tokenize(piece, False, True)):
+            ids = [t.bos] if t.add_bos and t.bos >= 0 else []
+            for piece, is_msg in pieces:
+                ids += t.tokenize(piece, add_special=False, parse_special=not is_msg)
+            if len(ids) > limit:
+                raise ContextFullError(f"the prompt is {len(ids)} tokens but the context holds {t.n_ctx}; "
+                                       "shorten it or load the pair with a larger context")
         if len(ids) >= 2 and ids[0] == ids[1] == t.bos:  # the template wrote BOS and so did the tokenizer
             ids = ids[1:]
         return ids
 
+    def _controls(self, ids) -> list[int]:
+        return [i for i in ids if self.target.is_control(i)]
+
     def completion_prompt(self, text: str) -> list[int]:
-        return self.target.tokenize(text, add_special=True, parse_special=False)
+        return self.target.tokenize(text, add_special=True, parse_special=False, limit=self.target.n_ctx - 1)
 
     def generate(self, prompt: Sequence[int], cfg: GenConfig, stop: Optional[threading.Event] = None,
                  baseline_tps: Optional[float] = None,

@@ -32,17 +32,13 @@ class SamplerSettings:
         return self.temperature <= 0.0
 
     def validate(self) -> "SamplerSettings":
-        checks = [
-            (self.temperature >= 0.0, "temperature must be >= 0"),
-            (self.top_k >= 0, "top_k must be >= 0 (0 = off)"),
-            (0.0 < self.top_p <= 1.0, "top_p must be in (0, 1]"),
-            (0.0 <= self.min_p < 1.0, "min_p must be in [0, 1)"),
-            (self.repeat_penalty > 0.0, "repeat_penalty must be > 0"),
-            (self.repeat_last_n >= 0, "repeat_last_n must be >= 0"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        """Raise ValueError (``limits.LimitError``) naming a setting outside its documented range."""
+        from app.engine import limits
+
+        for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n"):
+            limits.check(name, getattr(self, name))
+        if self.seed is not None:
+            limits.check("seed", self.seed)
         return self
 
     @classmethod

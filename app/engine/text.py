@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 from datetime import datetime
 from typing import Optional, Sequence
 
@@ -54,3 +55,33 @@ class Utf8Stream:
 
     def flush(self) -> str:
         return self._decoder.decode(b"", final=True)
+
+
+_MARK = re.compile("\ue000(\\d+)\ue001")
+
+
+def message_pieces(template: Optional[str], messages: Sequence[dict], rendered: str, bos: str = "",
+                   eos: str = "") -> Optional[list[tuple[str, bool]]]:
+    """``rendered`` (the template's output for ``messages``) cut into (text, is_message) pieces: the message
+    texts, which are the users' words, and the template's own text around them, whose markers are special.
+
+    Found by rendering again with a private-use marker in place of each message's text; None when the template
+    changes the texts it is given (then where they sit is unknown)."""
+    try:
+        marked = render_chat(template, [dict(m, content=f"\ue000{i}\ue001") for i, m in enumerate(messages)],
+                             bos=bos, eos=eos)
+    except TemplateError:
+        return None
+    for adjust in (lambda s: s, str.strip):  # templates that trim the message text
+        pieces, pos = [], 0
+        for found in _MARK.finditer(marked):
+            if int(found.group(1)) >= len(messages):
+                return None
+            pieces.append((marked[pos:found.start()], False))
+            pieces.append((adjust(str(messages[int(found.group(1))]["content"])), True))
+            pos = found.end()
+        pieces.append((marked[pos:], False))
+        pieces = [(text, is_msg) for text, is_msg in pieces if text]
+        if "".join(text for text, _ in pieces) == rendered:
+            return pieces
+    return None

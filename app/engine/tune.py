@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
+from app.engine import limits
 from app.engine.backend import BackendError, LoadOptions, Model
-from app.engine.bench import Prompt, measure, paused_share
+from app.engine.bench import Prompt, encode, measure, paused_share
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair
 from app.engine.sampling import SamplerSettings
@@ -51,23 +52,16 @@ LOOKUP = Candidate("lookup", "lookup", None)
 
 
 def parse_ks(text: str) -> list:
-    """'1,2,4,8' | '1-12' | 'auto' | '1-4,8,auto' → [1, 2, 3, 4, 8, 'auto'] (sorted, unique, auto last)."""
+    """'1,2,4,8' | '1-12' | 'auto' | '1-4,8,auto' → [1, 2, 3, 4, 8, 'auto'] (sorted, unique, auto last).
+    Every value is checked against ``limits`` as it is read (``limits.k_list``), so a range like
+    '1-1000000000' is refused before anything is built."""
     ks: set = set()
     auto = False
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part:
-            continue
-        if part == "auto":
+    for k in limits.k_list(text):
+        if k == "auto":
             auto = True
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
-        except ValueError:
-            raise ValueError(f"K must be integers, ranges like 1-12, or 'auto'; not {part!r}") from None
-        if a < 1 or b < a:
-            raise ValueError(f"bad K range {part!r}: need 1 <= first <= last")
-        ks.update(range(a, b + 1))
+        else:
+            ks.add(k)
     if not ks and not auto:
         raise ValueError("no K values given")
     return sorted(ks) + (["auto"] if auto else [])
@@ -265,7 +259,8 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
     """Run the sweep; returns ``{"cells", "best", "recommendations", "partial", …}`` (partial when cancelled;
     cells then hold only what was measured). The pair's own draft is restored afterwards."""
     started = time.time()
-    prompts = [(p, p.tokens(pair)) for p in cfg.prompts]
+    prompts, skipped = encode(pair, cfg.prompts)  # a prompt past the context is reported, not run
+    cfg = replace(cfg, prompts=[p for p, _ in prompts])
     clock = _Clock(cfg.total_runs(), progress)
     cancelled = lambda: cancel is not None and cancel.is_set()  # noqa: E731
     slot, errors = _DraftSlot(pair), []
@@ -282,32 +277,15 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
             if cancelled():
                 partial = True
                 break
+            done_before = clock.done
             try:
                 slot.use(cand)
-            except (IncompatiblePair, BackendError, ValueError) as exc:
+                _measure_candidate(pair, cfg, cand, prompts, records, baselines, clock, cancelled)
+            except (IncompatiblePair, BackendError, ValueError) as exc:  # a failed draft is a failed cell
                 errors.append({"draft": cand.id, "error": str(exc)})
-                clock.total -= cfg.runs_per_candidate()
-                continue
-            if cfg.warmup and prompts:
-                k0, p0 = cfg.cells()[0]
-                measure(pair, prompts[0][1], replace(cfg.gen(cand, k0, p0), max_tokens=min(16, cfg.max_tokens)))
-            for rep in range(cfg.repeats):
-                for prompt, tokens in prompts:
-                    cells = cfg.cells() if rep % 2 == 0 else cfg.cells()[::-1]
-                    base = None
-                    for i, (k, p_min) in enumerate(cells):
-                        if i % BASELINE_EVERY == 0:
-                            if cancelled():
-                                raise _Cancelled
-                            base = measure(pair, tokens, cfg.gen()).tps
-                            baselines[prompt.id].append(base)
-                            clock.tick(f"{prompt.id} plain")
-                        if cancelled():
-                            raise _Cancelled
-                        run = measure(pair, tokens, cfg.gen(cand, k, p_min))
-                        records.setdefault((cand, k, p_min), {}).setdefault(prompt.id, []).append(
-                            (run.stats, base))
-                        clock.tick(f"{prompt.id} {cand.id} K={k}")
+                for key in [key for key in records if key[0] == cand]:
+                    del records[key]
+                clock.total -= cfg.runs_per_candidate() - (clock.done - done_before)
     except _Cancelled:
         partial = True
     finally:
@@ -321,6 +299,7 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
     best = recs.get("all")
     return {
         "cells": cells, "best": best, "recommendations": recs, "partial": partial, "errors": errors,
+        "skipped": skipped,
         "baselines": [{"prompt": pid, "tps": tps} for pid, tps in baselines.items()],
         "baseline_tps": median(t for tps in baselines.values() for t in tps),
         "target": str(pair.target.path.name), "config": cfg.describe(),
@@ -328,6 +307,30 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
         "started_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
     }
+
+
+def _measure_candidate(pair: Pair, cfg: TuneConfig, cand: Candidate, prompts: list, records: dict,
+                       baselines: dict, clock: _Clock, cancelled: Callable[[], bool]) -> None:
+    """Every cell of one (loaded) candidate over the prompts and repeats, with interleaved plain baselines."""
+    if cfg.warmup and prompts:
+        k0, p0 = cfg.cells()[0]
+        measure(pair, prompts[0][1], replace(cfg.gen(cand, k0, p0), max_tokens=min(16, cfg.max_tokens)))
+    for rep in range(cfg.repeats):
+        for prompt, tokens in prompts:
+            cells = cfg.cells() if rep % 2 == 0 else cfg.cells()[::-1]
+            base = None
+            for i, (k, p_min) in enumerate(cells):
+                if i % BASELINE_EVERY == 0:
+                    if cancelled():
+                        raise _Cancelled
+                    base = measure(pair, tokens, cfg.gen()).tps
+                    baselines[prompt.id].append(base)
+                    clock.tick(f"{prompt.id} plain")
+                if cancelled():
+                    raise _Cancelled
+                run = measure(pair, tokens, cfg.gen(cand, k, p_min))
+                records.setdefault((cand, k, p_min), {}).setdefault(prompt.id, []).append((run.stats, base))
+                clock.tick(f"{prompt.id} {cand.id} K={k}")
 
 
 class _Cancelled(Exception):

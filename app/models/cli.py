@@ -6,6 +6,9 @@
     models import PATH [--copy]          add a local .gguf
     models delete ID                     delete (or forget) an installed model
     models check TARGET DRAFT [--json]   compatibility, from GGUF metadata (exit 1 when incompatible)
+
+Errors (a missing file, a failed download, a full disk …) reach ``app.cli.main``, which prints one line and
+exits 2.
     models fit [--json]                  this machine's hardware and every catalog pair's fit
     models recommend [--vram GiB] [--ram GiB] [--ctx N] [--json]
     models derive TARGET --quant Q4_0    a small draft quantized from an installed target
@@ -17,6 +20,8 @@ import argparse
 import json
 import sys
 from typing import Any
+
+from app.engine import limits
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,9 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, helptext in (("fit", "hardware and how each catalog pair fits"),
                            ("recommend", "the best pair per use, each pair with its fit")):
         f = msub.add_parser(name, help=helptext)
-        f.add_argument("--vram", type=float, help="GPU memory in GiB instead of the detected (0 = no GPU)")
-        f.add_argument("--ram", type=float, help="available RAM in GiB instead of the detected")
-        f.add_argument("--ctx", type=int, default=4096, help="context length to plan for (default 4096)")
+        f.add_argument("--vram", type=limits.arg("vram", "memory_gib"), help="GPU memory in GiB instead of the detected (0 = no GPU)")
+        f.add_argument("--ram", type=limits.arg("ram", "memory_gib"), help="available RAM in GiB instead of the detected")
+        f.add_argument("--ctx", type=limits.arg("ctx"), default=4096, help="context length to plan for (default 4096)")
         f.add_argument("--cache-type", default="f16", help="KV cache type: f16, q8_0, q4_0 (default f16)")
         f.add_argument("--json", action="store_true")
         f.set_defaults(func=cmd_fit if name == "fit" else cmd_recommend)
@@ -71,9 +76,9 @@ def _print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _fail(msg: str, code: int = 1) -> int:
+def _fail(msg: str) -> int:
     print(f"error: {msg}", file=sys.stderr)
-    return code
+    return 2
 
 
 def _gb(n: Any) -> str:
@@ -107,33 +112,27 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_pull(args: argparse.Namespace) -> int:
     from app.models.catalog import load
     from app.models.download import pull
-    from app.models.provision import FETCH_ERRORS, ensure_model, ensure_pair
+    from app.models.provision import ensure_model, ensure_pair
 
-    try:
-        if args.filename is not None:
-            print(f"installed {pull(args.repo, args.filename, args.revision)}")
-            return 0
-        cat = load()
-        if args.repo in cat.pairs:
-            pair, target, draft = ensure_pair(args.repo, cat)
-            print(f"installed pair {pair.id}:\n  target {target}\n  draft  {draft}")
-        elif args.repo in cat.models:
-            print(f"installed {ensure_model(cat, args.repo)}")
-        else:
-            return _fail(f"{args.repo!r} is neither a catalog pair nor a catalog model; "
-                         "to pull from the Hub give REPO_ID FILENAME", 2)
-    except FETCH_ERRORS as exc:
-        return _fail(str(exc))
+    if args.filename is not None:
+        print(f"installed {pull(args.repo, args.filename, args.revision)}")
+        return 0
+    cat = load()
+    if args.repo in cat.pairs:
+        pair, target, draft = ensure_pair(args.repo, cat)
+        print(f"installed pair {pair.id}:\n  target {target}\n  draft  {draft}")
+    elif args.repo in cat.models:
+        print(f"installed {ensure_model(cat, args.repo)}")
+    else:
+        return _fail(f"{args.repo!r} is neither a catalog pair nor a catalog model; "
+                     "to pull from the Hub give REPO_ID FILENAME")
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     from app.models import library
 
-    try:
-        rec = library.import_gguf(args.path, copy=args.copy)
-    except (library.LibraryError, OSError) as exc:
-        return _fail(str(exc))
+    rec = library.import_gguf(args.path, copy=args.copy)
     print(f"imported {rec['id']}: {rec['path']}")
     return 0
 
@@ -141,20 +140,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     from app.models import library
 
-    try:
-        print(library.delete(args.id))
-    except library.LibraryError as exc:
-        return _fail(str(exc))
+    print(library.delete(args.id))
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from app.models.compat import CompatError, check_pair
+    from app.models.compat import check_pair
 
-    try:
-        v = check_pair(args.target, args.draft)
-    except CompatError as exc:
-        return _fail(str(exc), 2)
+    v = check_pair(args.target, args.draft)
     if args.json:
         d = v.to_dict()
         for side in ("target", "draft"):
@@ -221,13 +214,9 @@ def _table(rows: list[dict]) -> None:
 
 
 def cmd_derive(args: argparse.Namespace) -> int:
-    from app.models.derive import DeriveError, derive_draft
-    from app.models.fileops import DiskFullError
+    from app.models.derive import derive_draft
 
-    try:
-        out = derive_draft(args.target, args.quant)
-    except (DeriveError, DiskFullError) as exc:
-        return _fail(str(exc))
+    out = derive_draft(args.target, args.quant)
     print(f"derived {out['id']} from {out['parent']}: {out['path']}")
     print(("compatible: " if out["compatible"] else "INCOMPATIBLE: ") + out["reason"])
     return 0

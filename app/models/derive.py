@@ -4,6 +4,7 @@ target from a quantized file (the offline demo), or a small draft from a target 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -36,8 +37,9 @@ def quantize(source: Path, dest: Path, ftype: str, progress: Optional[Progress] 
         raise DeriveError(f"unknown quantization {ftype!r}; choose one of {', '.join(FTYPES)}")
     if fileops.is_done(dest):
         return dest
-    if n_params:
-        fileops.check_free_space(dest.parent, int(n_params * _BITS[ftype] / 8))
+    expected = max(1, int(source.stat().st_size * _BITS[ftype] / 5))  # vs a ~5-bit source
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fileops.check_free_space(dest.parent, int(n_params * _BITS[ftype] / 8) if n_params else expected)
     quiet_logs()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = FTYPES[ftype]
@@ -52,13 +54,16 @@ def quantize(source: Path, dest: Path, ftype: str, progress: Optional[Progress] 
         worker = threading.Thread(target=work, args=(tmp,), daemon=True)
         started = time.monotonic()
         worker.start()
-        expected = max(1, int(source.stat().st_size * _BITS[ftype] / 5))  # vs a ~5-bit source
         with fileops.ProgressBar(f"deriving {dest.name} ({ftype})", expected, progress) as bar:
             while worker.is_alive():
                 worker.join(0.2)
                 size = tmp.stat().st_size if tmp.exists() else 0
                 bar.update(max(0, min(size, expected) - bar.done))
         if result.get("rc", 1) != 0:
+            free = shutil.disk_usage(dest.parent).free
+            if free < (64 << 20):  # llama.cpp says only that it failed: a full disk is the common cause
+                raise fileops.DiskFullError(f"llama_model_quantize failed ({result.get('rc')}) writing {dest.name}: "
+                                            f"the disk is full ({free / 1e6:.0f} MB free in {dest.parent})")
             raise DeriveError(f"llama_model_quantize failed ({result.get('rc')}) for {source.name} -> {ftype}")
         print(f"[tandem] derived {dest.name} in {time.monotonic() - started:.1f}s", flush=True)
     fileops.mark_done(dest, fileops.sha256_file(dest, f"hashing {dest.name}"))

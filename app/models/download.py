@@ -157,6 +157,7 @@ def pull(repo: str, filename: str, revision: str = "main", progress: Optional[Pr
                                     "pull again to resume)") from exc
             raise
     _verify(part, rf, want_sha, progress)
+    _check_model(part, filename)
     os.replace(part, dest)
     fileops.mark_done(dest, want_sha or fileops.sha256_file(dest))
     library.register(model_id, dest, "hub", repo=repo, file=filename, commit=rf.commit, sha256=want_sha)
@@ -175,6 +176,18 @@ def _verify(part: Path, rf: RemoteFile, sha: Optional[str], progress: Optional[P
             part.unlink(missing_ok=True)
             raise ChecksumError(f"{rf.filename}: sha256 {digest[:16]}… does not match the Hub's {sha[:16]}…; "
                                 "the corrupted download was discarded and not registered, pull again")
+
+
+def _check_model(part: Path, filename: str) -> None:
+    """Register only a whole GGUF model: its header, tensor table and data sizes must add up."""
+    from app.models import meta
+    from app.models.ggufheader import GGUFError
+
+    try:
+        meta.read(part)
+    except GGUFError as exc:
+        part.unlink(missing_ok=True)
+        raise DownloadError(f"{filename} is not a usable GGUF model ({exc}); it was not installed") from None
 
 
 def pull_entry(entry: ModelEntry, progress: Optional[Progress] = None,

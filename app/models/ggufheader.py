@@ -9,6 +9,7 @@ before the tensor data starts, so a remote header can be fetched in growing byte
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,9 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 GGUF_MAGIC = b"GGUF"
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NAME = 64  # GGML_MAX_NAME: tensor names are shorter
+MAX_ARRAY_DEPTH = 4
 DEFAULT_ALIGNMENT = 32
 FIRST_READ = 1 << 20
 
@@ -80,7 +84,7 @@ class Header:
 
 class _Cursor:
     def __init__(self, buf: bytes | memoryview):
-        self.buf, self.pos = memoryview(buf), 0
+        self.buf, self.pos, self.depth = memoryview(buf), 0, 0
 
     def take(self, n: int) -> memoryview:
         end = self.pos + n
@@ -117,7 +121,13 @@ class _Cursor:
             if itype in _NUMPY:
                 dtype = np.dtype(_NUMPY[GGUFValueType(itype)])
                 return np.frombuffer(self.take(count * dtype.itemsize), dtype=dtype).copy()
-            return [self.value(itype) for _ in range(count)]
+            if self.depth >= MAX_ARRAY_DEPTH:
+                raise GGUFError(f"arrays nested deeper than {MAX_ARRAY_DEPTH} at byte {self.pos}: a corrupt header")
+            self.depth += 1
+            try:
+                return [self.value(itype) for _ in range(count)]
+            finally:
+                self.depth -= 1
         raise GGUFError(f"unhandled GGUF value type {vtype}")
 
     def _strings(self, count: int) -> list[str]:
@@ -152,6 +162,8 @@ def parse(buf: bytes | memoryview) -> Header:
     for _ in range(n_tensors):
         name = cur.string().decode("utf-8", "replace")
         n_dims = cur.scalar("<I")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise GGUFError(f"tensor {name!r} has {n_dims} dimensions (1 to {MAX_DIMS} expected): a corrupt header")
         shape = tuple(cur.scalar("<Q") for _ in range(n_dims))
         header.tensors.append(TensorInfo(name, shape, cur.scalar("<I"), cur.scalar("<Q")))
     align = int(header.kv.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
@@ -173,7 +185,7 @@ def read_prefix(fetch: Callable[[int, int], bytes], first: int = FIRST_READ,
         try:
             return parse(data), bytes(data)
         except Truncated as exc:
-            if len(data) < want:  # the source ended: the file itself is cut short
+            if len(data) < want or exc.needed > limit:  # the source ended: the file is cut short (or corrupt)
                 raise GGUFError(f"the file ends inside its GGUF header (after {len(data)} bytes)") from None
             if len(data) >= limit:
                 raise GGUFError(f"GGUF header larger than {limit} bytes") from None
@@ -184,11 +196,41 @@ def read_file(path: Path | str) -> Header:
     """The header of a local GGUF file, reading only as much of the file as the header takes."""
     path = Path(path)
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise GGUFError(f"{path.name}: the file is empty (0 bytes)")
+
         def fetch(start: int, end: int) -> bytes:
             f.seek(start)
             return f.read(end - start)
 
         try:
-            return read_prefix(fetch)[0]
+            return read_prefix(fetch, first=min(FIRST_READ, size), limit=size)[0]
         except GGUFError as exc:
             raise GGUFError(f"{path.name}: {exc}") from None
+
+
+def check_layout(header: Header, file_size: int) -> None:
+    """Raise GGUFError unless the tensor table is consistent and the file holds every tensor's data — the
+    checks llama.cpp's GGUF loader makes (known types, whole blocks per row, unique short names, offsets laid
+    out one after another on the alignment), so a truncated or corrupted file is refused before it is used."""
+    align = int(header.kv.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
+    expected, names = 0, set()
+    for t in header.tensors:
+        if not t.name or len(t.name.encode()) >= MAX_NAME or t.name in names:
+            raise GGUFError(f"tensor name {t.name[:80]!r} is empty, too long or repeated: a corrupt tensor table")
+        names.add(t.name)
+        try:
+            block, _ = GGML_QUANT_SIZES[GGMLQuantizationType(t.ggml_type)]
+        except (ValueError, KeyError):
+            raise GGUFError(f"tensor {t.name!r} has unknown type {t.ggml_type}: a corrupt tensor table") from None
+        if t.n_elements >= 1 << 63 or t.shape[0] % block:
+            raise GGUFError(f"tensor {t.name!r} has an impossible shape {t.shape}: a corrupt tensor table")
+        if t.offset != expected:
+            raise GGUFError(f"tensor {t.name!r} starts at data offset {t.offset}, expected {expected}: "
+                            "a corrupt tensor table")
+        end = header.data_offset + t.offset + t.n_bytes
+        if end > file_size:
+            raise GGUFError(f"the file is incomplete: tensor {t.name!r} ends at byte {end} but the file has "
+                            f"{file_size} bytes (a cut download or copy?); fetch or copy it again")
+        expected += (t.n_bytes + align - 1) // align * align

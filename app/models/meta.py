@@ -173,7 +173,8 @@ _lock = threading.Lock()
 
 
 def read(path: Path | str) -> tuple[ModelMeta, VocabInfo]:
-    """Metadata and vocabulary of a local GGUF file (cached per path, size and mtime)."""
+    """Metadata and vocabulary of a local GGUF file (cached per path, size and mtime), after checking that
+    the file is whole (``ggufheader.check_layout``): a truncated or corrupted file raises GGUFError."""
     path = Path(path)
     try:
         st = path.stat()
@@ -184,6 +185,10 @@ def read(path: Path | str) -> tuple[ModelMeta, VocabInfo]:
         if key in _cache:
             return _cache[key]
     header = ggufheader.read_file(path)
+    try:
+        ggufheader.check_layout(header, st.st_size)
+    except GGUFError as exc:
+        raise GGUFError(f"{path.name}: {exc}") from None
     vocab = vocab_info(header)
     result = (model_meta(header, st.st_size, vocab), vocab)
     with _lock:

@@ -11,18 +11,11 @@ from typing import Optional
 from app import paths
 from app.models import fileops
 from app.models.catalog import Catalog, ModelEntry, PairEntry, load
-from app.models.derive import DeriveError
-from app.models.download import DownloadError
-from app.models.fileops import ChecksumError, Progress
+from app.models.fileops import Progress
 
 
 class ProvisionError(RuntimeError):
     """A model could not be made present; the message says why and what to do."""
-
-
-# What fetching a catalog model can raise, each with a message for the user (Cancelled is a DownloadError;
-# DiskFullError an OSError).
-FETCH_ERRORS = (ProvisionError, DownloadError, DeriveError, ChecksumError, OSError)
 
 
 def model_path(entry: ModelEntry) -> Path:

@@ -44,10 +44,21 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # multimodal-style [{"type": "text", "text": …}]
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return "".join(_text(part.get("text", "")) for part in content if isinstance(part, dict))
     if isinstance(content, dict) and "text" in content:
-        return str(content["text"])
-    return "" if content is None else str(content)
+        return _text(content["text"])
+    if content is None:
+        return ""
+    raise S.SettingsError(f"message content must be text, not {type(content).__name__}")
+
+
+def user_text(value: Any, what: str = "message") -> str:
+    """The text a user sent to be answered: a string with something in it, else SettingsError."""
+    if not isinstance(value, str):
+        raise S.SettingsError(f"the {what} must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise S.SettingsError(f"the {what} is empty: nothing to answer")
+    return value
 
 
 def build_messages(history: list[dict], message: Optional[str], system: str) -> list[dict]:
@@ -133,7 +144,7 @@ def compare_payload(plain: Live, spec: Live, resolved: dict, order: str, prompt:
 def api_chat(state: AppState, message: str, history: Any, settings: Any, session: str) -> Iterator[dict]:
     try:
         resolved = S.resolve(settings, S.defaults(state.defaults))
-        messages = build_messages(normalize_history(history), str(message or ""), resolved["system"])
+        messages = build_messages(normalize_history(history), user_text(message), resolved["system"])
     except S.SettingsError as exc:
         raise gr.Error(str(exc)) from None
     live = None
@@ -146,14 +157,15 @@ def api_chat(state: AppState, message: str, history: Any, settings: Any, session
 def api_compare(state: AppState, prompt: str, settings: Any, session: str, history: list) -> Iterator[dict]:
     try:
         resolved = S.resolve(settings, S.defaults(state.defaults))
+        prompt = user_text(prompt, "prompt")
     except S.SettingsError as exc:
         raise gr.Error(str(exc)) from None
     payload = None
-    for status, plain, spec, order in compare_stream(state, str(prompt or ""), resolved,
+    for status, plain, spec, order in compare_stream(state, prompt, resolved,
                                                      state.stop_event(session), len(history)):
         if plain.error or spec.error:
             raise gr.Error(plain.error or spec.error)
-        payload = compare_payload(plain, spec, resolved, order, str(prompt or ""), status)
+        payload = compare_payload(plain, spec, resolved, order, prompt, status)
         yield payload
     if payload is not None and payload["identical"] is not None:
         history.append(payload)

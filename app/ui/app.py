@@ -95,14 +95,23 @@ def _header(state: AppState) -> str:
             f'<div class="tdm-muted">{panel.esc(pair)} · {panel.esc(backend_name())}</div></div>')
 
 
+def _raw_text(label: str) -> gr.Textbox:
+    """A hidden text input that hands the handler what the client sent: ``gr.Textbox`` turns a number or a
+    list into a string, and the API must answer such a message with an error, not a reply. (An instance
+    override: a subclass of a Gradio component would write a .pyi file next to this module.)"""
+    box = gr.Textbox(label=label)
+    box.preprocess = lambda payload: payload
+    return box
+
+
 def _api_endpoints(state: AppState) -> None:
     """``/chat`` and ``/compare`` for gradio_client (hidden components, documented in the README)."""
     with gr.Row(visible=False):
-        message = gr.Textbox(label="message")
+        message = _raw_text("message")
         history = gr.JSON(label="history")
         settings = gr.JSON(label="settings")
         chat_out = gr.JSON(label="result")
-        prompt = gr.Textbox(label="prompt")
+        prompt = _raw_text("prompt")
         compare_out = gr.JSON(label="result")
         runs = gr.State([])
         chat_btn = gr.Button("chat")

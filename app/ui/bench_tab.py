@@ -34,10 +34,15 @@ def cells_rows(result: Optional[dict]) -> list[list]:
                      f"{_f(c['speedup_min'])}–{_f(c['speedup_max'])}", _f(c["acceptance_rate"], ".0%"),
                      _f(c["mean_accepted"]), _f(c["c"]), _f(c["v"]), _f(c["bound"], ".2f", "x"), _f(c["tps"], ".1f"),
                      c["prompts"]])
+    for err in (result or {}).get("errors", []):  # a draft that could not be loaded or run: a failed row
+        rows.append([err["draft"], "–", "failed", err["error"], *["–"] * 6, 0])
     return rows
 
 
 def recommendation_md(result: Optional[dict]) -> str:
+    if result and result.get("status") == "failed":
+        return "\n".join(["**The sweep failed: no draft could be measured.**",
+                          *(f"- {err['draft']}: {err['error']}" for err in result.get("errors", []))])
     if not result or not result.get("cells"):
         return "No result yet: run a sweep (Quick takes about half a minute on the demo pair)."
     head = "**Partial result (cancelled)** — " if result.get("partial") else ""
@@ -180,10 +185,10 @@ def build(state) -> None:
         cancel.clear()
         try:
             progress(0.0, desc="planning the sweep (checking which installed models can draft)")
-            req = LabRequest(drafts=(drafts or "all").strip(), ks=(ks or "").strip() or None, suite=suite or "all",
-                             max_tokens=int(max_tokens) if max_tokens else None,
-                             temperature=float(temperature or 0.0), quick=bool(quick))
             try:
+                req = LabRequest(drafts=str(drafts or "all").strip(), ks=str(ks or "").strip() or None,
+                                 suite=str(suite or "all"), max_tokens=_count(max_tokens),
+                                 temperature=float(temperature or 0.0), quick=bool(quick))
                 cfg = plan(state.pair, req)
             except ValueError as exc:
                 raise gr.Error(str(exc)) from None
@@ -264,6 +269,13 @@ def build(state) -> None:
     compare_btn.click(compare, [run_a, run_b], [history_md], api_visibility="private")
     delete_btn.click(delete, [run_a], [history_md, runs], api_visibility="private")
     export_btn.click(export, [run_a], [history_md, report_file], api_visibility="private")
+
+
+def _count(value) -> Optional[int]:
+    """Tokens per run from the form: None (the default) when empty or 0, else a checked whole number."""
+    from app.engine import limits
+
+    return None if value in (None, "", 0) else limits.form_int("max_tokens", value)
 
 
 def _command(req: LabRequest, pair_id: Optional[str]) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.ui.files import FileRefused, allowed_file, model_ref
 from app.ui.state import AppState, session_key
 
 INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
@@ -70,7 +71,7 @@ def build(state: AppState) -> None:
         model_id = gr.Textbox(label="Model id (delete / derive)", scale=2)
         delete = gr.Button("Delete", variant="stop", size="sm")
     with gr.Row():
-        import_path = gr.Textbox(label="Import a local .gguf by path", scale=3)
+        import_path = gr.Textbox(label="Import a .gguf by path (inside Tandem's data folder)", scale=3)
         import_file = gr.File(label="…or upload one", file_types=[".gguf"], scale=2)
         import_btn = gr.Button("Import", size="sm")
 
@@ -119,21 +120,21 @@ def build(state: AppState) -> None:
         from app.models import library
 
         try:
-            msg = library.delete((mid or "").strip())
-        except library.LibraryError as exc:
+            msg = library.delete(model_ref(mid))
+        except (library.LibraryError, FileRefused) as exc:
             msg = f"error: {exc}"
         return msg, _installed_rows()
 
     def do_import(path, upload):
         from app.models import library
 
-        src = upload if upload else (path or "").strip()
+        src = upload if upload else str(path or "").strip()
         if not src:
             return "error: give a path or upload a .gguf", _installed_rows()
-        try:
-            rec = library.import_gguf(src, copy=bool(upload))
+        try:  # only a file in the data folder or an upload: a client cannot probe the server's files
+            rec = library.import_gguf(allowed_file(src), copy=bool(upload))
             msg = f"imported {rec['id']}: {rec['path']}"
-        except (library.LibraryError, OSError) as exc:
+        except (library.LibraryError, FileRefused, OSError) as exc:
             msg = f"error: {exc}"
         return msg, _installed_rows()
 
@@ -189,8 +190,8 @@ def build(state: AppState) -> None:
         from app.models.compat import CompatError, check_pair
 
         try:
-            v = check_pair((t or "").strip(), (d or "").strip())
-        except CompatError as exc:
+            v = check_pair(model_ref(t), model_ref(d))
+        except (CompatError, FileRefused) as exc:
             return f"error: {exc}", None
         data = v.to_dict()
         for side in ("target", "draft"):  # "path" keys would read as file objects to API clients
@@ -202,13 +203,14 @@ def build(state: AppState) -> None:
     def do_derive(mid, q, progress=gr.Progress()):
         from app.models.derive import DeriveError, derive_draft
         from app.models.fileops import DiskFullError
+        from app.models.ggufheader import GGUFError
 
         def report(done: int, total: int) -> None:
             progress(done / total if total else 0, desc="quantizing")
 
         try:
-            out = derive_draft((mid or "").strip(), q, progress=report)
-        except (DeriveError, DiskFullError) as exc:
+            out = derive_draft(model_ref(mid), q, progress=report)
+        except (DeriveError, DiskFullError, FileRefused, GGUFError) as exc:
             return f"error: {exc}", None, _installed_rows()
         out["file"] = out.pop("path")
         return f"derived {out['id']} ({'compatible' if out['compatible'] else 'INCOMPATIBLE'})", out, \

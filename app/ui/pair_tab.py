@@ -10,6 +10,7 @@ from typing import Optional
 import gradio as gr
 
 from app import paths
+from app.engine import limits
 from app.engine.backend import LoadOptions
 from app.engine.vocab import GGUF_TOKENIZER_MODELS, VocabInfo, check
 from app.ui import panel
@@ -85,8 +86,8 @@ def verdict(target: Optional[str], draft: Optional[str]) -> tuple[bool, str]:
     try:
         t = _vocab(target, os.path.getmtime(target))
         d = _vocab(draft, os.path.getmtime(draft))
-    except Exception as exc:
-        return True, f"Could not read the vocabularies ({describe_error(exc)}); they are checked on load."
+    except Exception as exc:  # an empty, truncated or corrupt file is never green
+        return False, f"Refused: {describe_error(exc)}"
     c = check(t, d)
     return (True, "Compatible: the vocabularies match.") if c.ok else (False, f"Refused: {c.reason}")
 
@@ -174,10 +175,12 @@ def build(state: AppState):
         if not tpath:
             return panel.status_html("Choose a target model.", "error"), info_html(state)
         try:
-            n_ctx = int(n_ctx)
-            topts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=int(tngl or 0), n_threads=int(n_threads or 0))
-            dopts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=int(-1 if dngl is None else dngl),
-                                n_threads=int(n_threads or 0)) if dpath else None
+            n_ctx = limits.form_int("context size", n_ctx, "ctx")
+            n_threads = limits.form_int("threads", n_threads or 0)
+            tngl = limits.form_int("target GPU layers", tngl or 0, "gpu_layers")
+            dngl = limits.form_int("draft GPU layers", -1 if dngl is None else dngl, "gpu_layers")
+            topts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=tngl, n_threads=n_threads)
+            dopts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=dngl, n_threads=n_threads) if dpath else None
             preset_id = next((pid for pid, tf, df in pairs.values()
                               if Path(tpath).name == tf and dpath and Path(dpath).name == df), None)
             state.load(tpath, dpath, topts, dopts, pair_id=preset_id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from app.engine import limits
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.sampling import SamplerSettings
 
@@ -65,7 +66,7 @@ def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, A
         for key in INTS:
             out[key] = _int(out[key], key)
         for key in FLOATS:
-            out[key] = float(out[key])
+            out[key] = _float(out[key], key)
     except (TypeError, ValueError) as exc:
         raise SettingsError(str(exc)) from None
     out["speculative"] = _bool(out["speculative"])
@@ -76,12 +77,18 @@ def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, A
         try:
             out["k"] = _int(k, "k")
         except ValueError:
-            raise SettingsError(f"k must be a positive integer or 'auto', not {k!r}") from None
+            raise SettingsError(f"k must be a positive integer or 'auto', not {limits.shown(k)}") from None
     seed = out["seed"]
-    out["seed"] = None if seed in (None, "", -1, "-1") else _int(seed, "seed")
+    try:
+        out["seed"] = None if seed in (None, "", -1, "-1") else _int(seed, "seed")
+        limits.check_settings(out)  # every range, named as the user wrote it
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
     out["proposer"] = str(out["proposer"]).strip().lower()
-    out["system"] = "" if out["system"] is None else str(out["system"])
-    to_config(out)  # validates ranges
+    if out["system"] is not None and not isinstance(out["system"], str):
+        raise SettingsError(f"system must be a string, not {type(out['system']).__name__}")
+    out["system"] = out["system"] or ""
+    to_config(out)  # the engine's own check
     return out
 
 
@@ -91,7 +98,7 @@ def to_config(s: Mapping[str, Any], speculative: Optional[bool] = None) -> GenCo
                               repeat_penalty=s["repeat_penalty"], repeat_last_n=s["repeat_last_n"], seed=s["seed"])
     cfg = GenConfig(max_tokens=s["max_tokens"], sampler=sampler,
                     speculative=s["speculative"] if speculative is None else speculative,
-                    proposer=s["proposer"], k=s["k"], k_max=max(s["k_max"], 1), p_min=s["p_min"], rule=s["rule"])
+                    proposer=s["proposer"], k=s["k"], k_max=s["k_max"], p_min=s["p_min"], rule=s["rule"])
     try:
         return cfg.validate()
     except ValueError as exc:
@@ -100,15 +107,24 @@ def to_config(s: Mapping[str, Any], speculative: Optional[bool] = None) -> GenCo
 
 def _int(value: Any, name: str) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, not {value!r}")
+        raise ValueError(f"{name} must be an integer, not {limits.shown(value)}")
     if isinstance(value, float):
         if not value.is_integer():
-            raise ValueError(f"{name} must be an integer, not {value!r}")
+            raise ValueError(f"{name} must be an integer, not {limits.shown(value)}")
         return int(value)
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, not {value!r}") from None
+        raise ValueError(f"{name} must be an integer, not {limits.shown(value)}") from None
+
+
+def _float(value: Any, name: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, not {limits.shown(value)}")
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be a number, not {limits.shown(value)}") from None
 
 
 def _bool(value: Any) -> bool:

@@ -1,0 +1,181 @@
+"""Every numeric setting's documented range, in one place, and the check that every door runs.
+
+The engine (``GenConfig.validate``), the UI and API settings (``app.ui.settings``), the Pair lab request, and
+the command line (``bench``, ``tune``, ``models``) all check values here, so a bad value gets the same message
+wherever it comes in: ``k_max must be between 1 and 64 (got 1000000000)``. Bounds keep one request from
+growing the process without limit (a draft length of a billion, a K range of a billion values). The README's
+"Limits and errors" section lists the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+K_LIMIT = 64  # the longest draft: beyond it the expected gain is nil even at 99 % acceptance
+CTX_LIMIT = 1 << 20  # tokens of context (llama.cpp clamps further to the model's training context)
+SEED_LIMIT = (1 << 64) - 1
+LIST_CHARS = 512  # the longest comma list of K or p_min values a sweep takes
+
+
+class LimitError(ValueError):
+    """A setting outside its documented range; the message names the setting, the range and the value."""
+
+
+@dataclass(frozen=True)
+class Range:
+    lo: float
+    hi: float
+    integer: bool = True
+    lo_open: bool = False  # the bound itself is excluded
+    hi_open: bool = False
+    note: str = ""  # for the README table
+
+    def contains(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+    def describe(self) -> str:
+        lo, hi = _num(self.lo), _num(self.hi)
+        if not self.lo_open and not self.hi_open:
+            return f"between {lo} and {hi}"
+        first = f"above {lo}" if self.lo_open else f"at least {lo}"
+        last = f"below {hi}" if self.hi_open else f"at most {hi}"
+        return f"{first} and {last}"
+
+
+RANGES: dict[str, Range] = {
+    "k": Range(1, K_LIMIT, note="or auto; the loop also stops a draft where the context ends"),
+    "k_max": Range(1, K_LIMIT, note="the ceiling of auto K"),
+    "p_min": Range(0.0, 1.0, integer=False, hi_open=True),
+    "max_tokens": Range(1, CTX_LIMIT, note="generation also stops when the context is full"),
+    "temperature": Range(0.0, 5.0, integer=False, note="0 = greedy"),
+    "top_k": Range(0, 1_000_000, note="0 = off"),
+    "top_p": Range(0.0, 1.0, integer=False, lo_open=True),
+    "min_p": Range(0.0, 1.0, integer=False, hi_open=True),
+    "repeat_penalty": Range(0.0, 10.0, integer=False, lo_open=True, note="1 = off"),
+    "repeat_last_n": Range(0, CTX_LIMIT),
+    "seed": Range(0, SEED_LIMIT, note="-1 or empty: a fresh seed each run"),
+    "repeats": Range(1, 100),
+    "ctx": Range(32, CTX_LIMIT, note="context size in tokens"),
+    "threads": Range(0, 1024, note="0 = the physical cores"),
+    "gpu_layers": Range(-1, 100_000, note="-1 = all"),
+    "memory_gib": Range(0.0, 1 << 20, integer=False, note="--vram / --ram given for another machine"),
+}
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else repr(x)
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: short, whatever the user sent."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, str) and len(value) > 40:
+        value = value[:40]
+    text = repr(value) if isinstance(value, (float, str)) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check(name: str, value: Any, range_name: str | None = None) -> Any:
+    """``value`` if it is a number of the right kind inside the range of ``range_name`` (default: ``name``);
+    else LimitError naming ``name``, the range and the value."""
+    r = RANGES[range_name or name]
+    kind = "an integer" if r.integer else "a number"
+    ok_type = isinstance(value, int) if r.integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise LimitError(f"{name} must be {kind} {r.describe()} (got {shown(value)})")
+    if not r.contains(value):
+        raise LimitError(f"{name} must be {r.describe()} (got {shown(value)})")
+    return value
+
+
+def check_settings(values: Mapping[str, Any]) -> None:
+    """Check every known setting in ``values`` (None is left to the caller: it means "the default")."""
+    for name, value in values.items():
+        if name in RANGES and value is not None and not (name == "k" and value == "auto"):
+            check(name, value)
+
+
+def parse_number(name: str, text: str, range_name: str | None = None) -> Any:
+    """A command-line or form value: parsed (int or float, as the range wants) and checked."""
+    r = RANGES[range_name or name]
+    try:
+        value = int(text) if r.integer else float(text)
+    except (TypeError, ValueError):
+        kind = "an integer" if r.integer else "a number"
+        raise LimitError(f"{name} must be {kind} {r.describe()} (got {shown(text)})") from None
+    return check(name, value, range_name)
+
+
+def form_int(name: str, value: Any, range_name: str | None = None) -> int:
+    """An integer setting from a form field (an int, a whole float such as 4096.0, or text), checked."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        return form_int(name, float(text), range_name) if _whole_float(text) else parse_number(name, text, range_name)
+    return check(name, value, range_name)
+
+
+def _whole_float(text: str) -> bool:
+    try:
+        return "." in text and float(text).is_integer()
+    except ValueError:
+        return False
+
+
+def arg(name: str, range_name: str | None = None) -> Callable[[str], Any]:
+    """An argparse ``type=`` that parses and checks one value, so argparse reports a bad one in one line."""
+    def parse(text: str) -> Any:
+        try:
+            return parse_number(name, text, range_name)
+        except LimitError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name  # argparse names the type in its messages
+    return parse
+
+
+def k_value(text: Any) -> Any:
+    """A draft length: 'auto' or an integer K in range."""
+    if isinstance(text, str) and text.strip().lower() == "auto":
+        return "auto"
+    if isinstance(text, int):
+        return check("k", text)
+    return parse_number("k", str(text).strip())
+
+
+def k_list(text: str) -> Iterator[Any]:
+    """The K values of a list like '1-4,6,8,auto', one at a time, each checked before it is produced: a
+    range is checked by its ends, so '1-1000000000' fails at once instead of building a billion values."""
+    text = str(text)
+    if len(text) > LIST_CHARS:
+        raise LimitError(f"the K list is {len(text)} characters; at most {LIST_CHARS}")
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part.lower() == "auto":
+            yield "auto"
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
+        except ValueError:
+            raise LimitError(f"K must be integers, ranges like 1-12, or 'auto'; not {shown(part)}") from None
+        check("K", a, "k")
+        check("K", b, "k")
+        if b < a:
+            raise LimitError(f"bad K range {part!r}: the first value must not exceed the last")
+        yield from range(a, b + 1)
+
+
+def table() -> list[tuple[str, str, str]]:
+    """(setting, range, note) rows, for the README and ``--help`` texts."""
+    return [(name, r.describe(), r.note) for name, r in RANGES.items()]
