@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from app.engine import limits
 from app.engine.backend import ContextFullError, Model, RollbackError
 from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
@@ -47,8 +48,6 @@ class GenConfig:
 
     def validate(self) -> "GenConfig":
         """Raise ValueError (``limits.LimitError``) naming a setting outside its documented range."""
-        from app.engine import limits
-
         self.sampler.validate()
         limits.check("max_tokens", self.max_tokens)
         if self.k != "auto":
