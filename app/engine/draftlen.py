@@ -45,7 +45,9 @@ FIRST_K = 4  # draft length of the first measuring step: long enough to see the 
 PROBE_K = 2  # draft length of a later probe while paused: cheap when drafting turns out to lose
 GAP_MIN, GAP_MAX = 8, 256  # paused steps between probes: doubles after each probe that confirms the pause
 GAP_FREE = 32  # the first gap before a free probe: the verify cost is the machine's and changes slowly
-SWITCH_MARGIN = 0.02  # change between drafting and plain only for a predicted gain of more than 2 %
+SWITCH_MARGIN = 0.02  # draft only where drafting is predicted to gain more than 2 % over a plain step …
+RESUME_MARGIN = 0.05  # … and more than 5 % to resume after a pause: a few lucky probes must not start a loss
+OUTLIER = 3.0  # a pass slower than this many times the fit's prediction counts as this many (a hiccup)
 
 
 class DraftLength:
@@ -110,6 +112,9 @@ class DraftLength:
         if not self.auto:
             return
         n = drafted + 1
+        if self._w1 > 0 and self._wm > 0:  # the fit stands: one hiccup (another process, a page fault) must
+            a, b = self.verify_cost()      # not move it far
+            t_verify = min(t_verify, OUTLIER * (a + b * n))
         self._w = self._w * FORGET_COST + 1.0
         self._n = self._n * FORGET_COST + n
         self._t = self._t * FORGET_COST + t_verify
@@ -141,9 +146,8 @@ class DraftLength:
             return
         r = self.rates()
         best = max(range(1, self.k_max + 1), key=lambda k: r[k])
-        margin = 1.0 + SWITCH_MARGIN
         was = self.paused
-        self.paused = r[0] > r[best] / margin if not was else r[best] < r[0] * margin
+        self.paused = r[0] * (1 + SWITCH_MARGIN) > r[best] if not was else r[best] < r[0] * (1 + RESUME_MARGIN)
         if not self.paused:
             self.k, self.gap, self.since_probe, self._limit = best, GAP_MIN, 0, None
             return
