@@ -36,7 +36,9 @@ INTERVAL = 0.05  # seconds between snapshots of a running generation (the granul
 class Run:
     """One request's generation, pulled snapshot by snapshot from the runner in a worker thread."""
 
-    def __init__(self, state: AppState, prompt: Callable, resolved: dict, stops: list[str]):
+    def __init__(self, state: AppState, prompt: Callable, resolved: dict, stops: list[str],
+                 limiter: Optional[anyio.CapacityLimiter] = None):
+        self.limiter = limiter
         self.stop = threading.Event()
         self.cfg = S.to_config(resolved)
         self.stops = stops
@@ -59,7 +61,7 @@ class Run:
         """Take the next snapshot; False once the generation is over. Raises the engine's error, if any."""
         if self._over:
             return False
-        item = await anyio.to_thread.run_sync(next, self._gen, None)
+        item = await anyio.to_thread.run_sync(next, self._gen, None, limiter=self.limiter)
         if item is None:
             self._over = True
             return False
@@ -198,6 +200,7 @@ class OpenAIApi:
     def __init__(self, state: AppState, api_key: Optional[str] = None, metrics: Optional[Metrics] = None):
         self.state, self.api_key = state, api_key
         self.metrics = metrics or Metrics(state)
+        self._limiter: Optional[anyio.CapacityLimiter] = None  # threads of queued requests, apart from Gradio's
 
     def router(self) -> APIRouter:
         r = APIRouter()
@@ -303,7 +306,9 @@ class OpenAIApi:
         else:
             text = schema.completion_text(req)
             prompt = lambda pair: pair.completion_prompt(text)  # noqa: E731
-        return Run(self.state, prompt, resolved, schema.stops(req)), req
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(256)
+        return Run(self.state, prompt, resolved, schema.stops(req), self._limiter), req
 
 
 def mount(app: FastAPI, state: AppState, api_key: Optional[str] = None) -> OpenAIApi:

@@ -13,16 +13,11 @@ from typing import Optional
 from fastapi import FastAPI
 
 from app.engine.backend import LoadOptions
+from app.ui.app import LOOPBACK, say, startup_pair
 from app.ui.openai_api import OpenAIApi, mount
 from app.ui.state import AppState
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_PORT = 8080
-
-
-def say(message: str) -> None:
-    print(f"[tandem] {message}", flush=True)
-
 
 def check_exposure(host: str, api_key: Optional[str]) -> None:
     """Refuse to serve beyond this machine without a key."""
@@ -49,8 +44,6 @@ def port_is_free(host: str, port: int) -> bool:
 def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Optional[str] = None,
               pair_id: Optional[str] = None) -> int:
     import uvicorn
-
-    from app.ui.app import startup_pair
 
     check_exposure(host, api_key)
     if not port_is_free(host, port):
