@@ -27,12 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="the OpenAI-compatible API alone (no UI), e.g. for editors and scripts")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=_port, default=8080)
     serve.add_argument("--api-key", help="Bearer key required on every /v1 route (needed beyond loopback)")
     serve.add_argument("--pair", help="catalog pair to load at start (default: the catalog's default)")
-    serve.add_argument("--overhead", type=int, metavar="N", help="instead of serving: time N rounds of direct "
+    serve.add_argument("--overhead", type=_positive, metavar="N", help="instead of serving: time N rounds of direct "
                        "engine runs against the same requests through the server, print the overhead, exit")
-    serve.add_argument("--max-tokens", type=int, default=128, help="tokens per run for --overhead")
+    serve.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run for --overhead")
     serve.set_defaults(func=_serve)
 
     setup = sub.add_parser("setup", help="fetch and derive the offline demo pairs, then exit")
@@ -55,6 +55,23 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     test.set_defaults(func=_test)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is at most 65535, not {value}")
+    return value
 
 
 def main(argv: list[str]) -> int:
@@ -90,7 +107,7 @@ def _ui(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if args.overhead:
+    if args.overhead is not None:
         from app.ui.openai_overhead import main as overhead
 
         return overhead(rounds=args.overhead, max_tokens=args.max_tokens, pair_id=args.pair)

@@ -167,11 +167,10 @@ def test_a_client_that_disconnects_mid_stream_frees_the_queue(base, client):
 
 
 def test_waiting_requests_are_served_in_order(base, client):
+    long = client.completions.create(model="x", prompt="1, 2, 3, 4, 5,", temperature=0, max_tokens=1500,
+                                     stream=True)
+    next(iter(long))  # it holds the pair now
     done: list[int] = []
-    long = threading.Thread(target=lambda: client.completions.create(
-        model="x", prompt="1, 2, 3, 4, 5,", temperature=0, max_tokens=160))
-    long.start()
-    time.sleep(0.5)
 
     def short(i: int) -> None:
         client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=3)
@@ -181,12 +180,14 @@ def test_waiting_requests_are_served_in_order(base, client):
     for i in range(3):
         waiters.append(threading.Thread(target=short, args=(i,)))
         waiters[-1].start()
-        time.sleep(0.3)
-    queued = metrics(base)["tandem_queue_length{}"]
-    for t in [long, *waiters]:
+        deadline = time.monotonic() + 60
+        while metrics(base)["tandem_queue_length{}"] < i + 1:  # queued before the next one asks
+            assert time.monotonic() < deadline, "the request never queued"
+            time.sleep(0.05)
+    long.close()  # hanging up lets the queue move on
+    for t in waiters:
         t.join(timeout=300)
     assert done == [0, 1, 2]
-    assert queued >= 1
 
 
 def test_metrics_parse_and_grow_by_what_a_request_did(base, client):

@@ -198,7 +198,7 @@ class OpenAIApi:
     """The routes, bound to one AppState (and so to the UI's generation lock)."""
 
     def __init__(self, state: AppState, api_key: Optional[str] = None, metrics: Optional[Metrics] = None):
-        self.state, self.api_key = state, api_key
+        self.state, self.api_key = state, (api_key or None)  # an empty key is no key
         self.metrics = metrics or Metrics(state)
         self._limiter: Optional[anyio.CapacityLimiter] = None  # threads of queued requests, apart from Gradio's
 
