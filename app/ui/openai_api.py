@@ -45,7 +45,6 @@ class Run:
         self.cut = F.Cut(stops)
         self.prompt_tokens = 0
         self.live: Optional[Live] = None
-        self.t0 = time.perf_counter()
         self.ttft: Optional[float] = None
         self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
 
@@ -254,9 +253,8 @@ class OpenAIApi:
         t0 = time.perf_counter()
         status, run, streaming = 200, None, False
 
-        def record(code: Optional[int] = None) -> None:
-            self.metrics.request(endpoint, code or status, time.perf_counter() - t0,
-                                 run.prompt_tokens if run else 0)
+        def record() -> None:
+            self.metrics.request(endpoint, status, time.perf_counter() - t0, run.prompt_tokens if run else 0)
 
         try:
             denied = self._denied(request)
