@@ -114,17 +114,20 @@ def measure(state: AppState, url: str, rounds: int, max_tokens: int) -> dict:
                 raise RuntimeError(f"{p.id}: {d['n']} tokens direct but {s['n']} through the server")
             rows.append({"prompt": p.id, "direct": d, "server": s})
 
-    def med(side: str, key: str) -> float:
-        return statistics.median(row[side][key] for row in rows)
+    out: dict = {"runs": len(rows), "max_tokens": max_tokens}
+    for key in ("wall_tps", "decode_tps"):
+        out[f"direct_{key}"] = statistics.median(row["direct"][key] for row in rows)
+        out[f"server_{key}"] = statistics.median(row["server"][key] for row in rows)
+        out[f"overhead_{key}"] = quartiles([1 - row["server"][key] / row["direct"][key] for row in rows])
+    return out
 
-    return {
-        "runs": len(rows), "max_tokens": max_tokens,
-        "direct_wall_tps": med("direct", "wall_tps"), "server_wall_tps": med("server", "wall_tps"),
-        "direct_decode_tps": med("direct", "decode_tps"), "server_decode_tps": med("server", "decode_tps"),
-        "overhead_wall": statistics.median(1 - r["server"]["wall_tps"] / r["direct"]["wall_tps"] for r in rows),
-        "overhead_decode": statistics.median(1 - r["server"]["decode_tps"] / r["direct"]["decode_tps"]
-                                             for r in rows),
-    }
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile)."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
 
 
 def main(rounds: int, max_tokens: int = 128, pair_id: Optional[str] = None) -> int:
@@ -141,9 +144,9 @@ def main(rounds: int, max_tokens: int = 128, pair_id: Optional[str] = None) -> i
     finally:
         server.should_exit = True
         state.unload()
-    print(f"runs: {res['runs']} ({max_tokens} tokens, T = 0, speculative with the app's defaults)")
-    print(f"whole request tokens/s   direct {res['direct_wall_tps']:.1f}   server {res['server_wall_tps']:.1f}"
-          f"   overhead {res['overhead_wall']:+.1%}")
-    print(f"decode-only tokens/s     direct {res['direct_decode_tps']:.1f}   server {res['server_decode_tps']:.1f}"
-          f"   overhead {res['overhead_decode']:+.1%}")
+    print(f"runs: {res['runs']} pairs ({max_tokens} tokens, T = 0, speculative with the app's defaults)")
+    for key, label in (("wall_tps", "whole request"), ("decode_tps", "decode only  ")):
+        q1, q2, q3 = res[f"overhead_{key}"]
+        print(f"{label} tokens/s: direct {res[f'direct_{key}']:.1f}, server {res[f'server_{key}']:.1f}; "
+              f"overhead {q2:+.1%} (median of per-pair ratios; quartiles {q1:+.1%} .. {q3:+.1%})")
     return 0
