@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ("ui", "setup", "bench", "models", "tune", "test")
+COMMANDS = ("ui", "serve", "setup", "bench", "models", "tune", "test")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +24,18 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     ui.add_argument("--auth", help="user:password, required for a --host other than loopback")
     ui.add_argument("--pair", help="catalog pair to load at start (default: the catalog's default)")
+    ui.add_argument("--api-key", help="Bearer key for the OpenAI-compatible /v1 routes (needed beyond loopback)")
     ui.set_defaults(func=_ui)
+
+    serve = sub.add_parser("serve", help="the OpenAI-compatible API alone (no UI), e.g. for editors and scripts")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_port, default=8080)
+    serve.add_argument("--api-key", help="Bearer key required on every /v1 route (needed beyond loopback)")
+    serve.add_argument("--pair", help="catalog pair to load at start (default: the catalog's default)")
+    serve.add_argument("--overhead", type=_positive, metavar="N", help="instead of serving: time N rounds of direct "
+                       "engine runs against the same requests through the server, print the overhead, exit")
+    serve.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run for --overhead")
+    serve.set_defaults(func=_serve)
 
     setup = sub.add_parser("setup", help="fetch and derive the offline demo pairs, then exit")
     setup.add_argument("--pair", action="append",
@@ -47,6 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     test.set_defaults(func=_test)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is at most 65535, not {value}")
+    return value
 
 
 def main(argv: list[str]) -> int:
@@ -141,7 +169,17 @@ def _ui(args: argparse.Namespace) -> int:
     from app.ui.app import serve
 
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
-                 pair_id=args.pair)
+                 pair_id=args.pair, api_key=args.api_key)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if args.overhead is not None:
+        from app.ui.openai_overhead import main as overhead
+
+        return overhead(rounds=args.overhead, max_tokens=args.max_tokens, pair_id=args.pair)
+    from app.ui.openai_server import serve_api
+
+    return serve_api(host=args.host, port=args.port, api_key=args.api_key, pair_id=args.pair)
 
 
 def _test(args: argparse.Namespace) -> int:

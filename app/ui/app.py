@@ -163,8 +163,19 @@ def startup_pair(state: AppState, pair_id: Optional[str]) -> None:
         say("the app starts anyway; choose a pair in Pair settings")
 
 
+def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optional[str]) -> None:
+    """The OpenAI-compatible API and /metrics on the UI's own server (same pair, same generation queue)."""
+    if host not in LOOPBACK and not api_key:
+        say("the OpenAI-compatible API (/v1) is off: beyond loopback it needs --api-key KEY")
+        return
+    from app.ui.openai_api import mount
+
+    mount(demo.app, state, api_key)
+    say("OpenAI-compatible API under /v1 (metrics: /metrics)")
+
+
 def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, auth: Optional[str] = None,
-          pair_id: Optional[str] = None) -> int:
+          pair_id: Optional[str] = None, api_key: Optional[str] = None) -> int:
     credentials = None
     if auth:
         user, sep, password = auth.partition(":")
@@ -187,7 +198,9 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
     try:
         demo.launch(server_name=host, server_port=chosen, inbrowser=open_browser, auth=credentials,
                     share=False, show_error=True, quiet=True, theme=theme(), css=panel.CSS,
-                    footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False)
+                    footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False, prevent_thread_lock=True)
+        mount_openai_api(demo, state, host, api_key)
+        demo.block_thread()
     finally:
         state.unload()
     return 0

@@ -33,6 +33,7 @@ class Live:
     stats: Stats = field(default_factory=Stats)
     done: Optional[DoneEvent] = None
     error: Optional[str] = None
+    exception: Optional[BaseException] = None  # what ``error`` describes (for callers that map it, e.g. to HTTP)
     started: Optional[float] = None  # wall time the job began (prefill included)
     decode_start: Optional[float] = None
     last: Optional[float] = None  # wall time of the latest step
@@ -111,6 +112,8 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     q.put((_START, i, time.perf_counter()))
                     for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
                         q.put((ev, i, time.perf_counter()))
+                        if isinstance(ev, DoneEvent):
+                            _notify(state, ev, job.cfg)
             except Exception as exc:  # shown to the user; the app keeps running
                 q.put((exc, None, None))
             finally:
@@ -140,6 +143,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                 break
             if isinstance(item, Exception):
                 lives[current].error = describe_error(item)
+                lives[current].exception = item
                 continue
             lives[idx].add(item, now)
             if time.perf_counter() - last_yield >= interval or isinstance(item, DoneEvent):
@@ -150,6 +154,14 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
     finally:
         if not finished:
             stop.set()  # the client went away or cancelled: let the worker end and free the pair
+
+
+def _notify(state: AppState, done: DoneEvent, cfg: GenConfig) -> None:
+    for observer in list(state.observers):
+        try:
+            observer(done, cfg)
+        except Exception:  # pragma: no cover - an observer (metrics) must never break a generation
+            pass
 
 
 def describe_error(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from app import paths
 from app.engine.backend import BackendError, LoadOptions, active_backend
 from app.engine.pair import Pair
+from app.ui.fifo import FifoLock
 
 BASELINE_FILE = "baselines.json"
 Progress = Callable[[float, str], None]  # (fraction 0..1, description)
@@ -31,11 +32,13 @@ class AppState:
     target_path: Optional[str] = None
     draft_path: Optional[str] = None
     defaults: dict[str, Any] = field(default_factory=dict)  # generation settings (tuned ones land here)
-    generation_lock: threading.Lock = field(default_factory=threading.Lock)
+    generation_lock: FifoLock = field(default_factory=FifoLock)  # first come, first served
     target_options: LoadOptions = field(default_factory=lambda: LoadOptions(n_ctx=4096, n_gpu_layers=-1))
     draft_options: Optional[LoadOptions] = None
     load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
+    # called with (DoneEvent, GenConfig) after every generation the runner completes (e.g. the /metrics counters)
+    observers: list[Callable[[Any, Any], None]] = field(default_factory=list)
     _switch_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply_defaults(self, settings: dict[str, Any]) -> None:

@@ -1,0 +1,77 @@
+"""Prometheus metrics (``GET /metrics``) with ``prometheus_client``, in a registry of their own.
+
+Token counters grow with every generation the runner completes — API requests and the UI's chats alike
+(``AppState.observers``); request counters and latency count the OpenAI-compatible endpoints; the queue
+gauges read the generation lock when scraped. Names follow vLLM's / llama.cpp's speculative counters
+(drafted, accepted, per position) under the ``tandem_`` prefix.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from app.engine.events import DoneEvent
+from app.engine.loop import GenConfig
+from app.ui.state import AppState
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self, state: AppState):
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.generations = Counter("tandem_generations", "Generations completed, by mode",
+                                   ["mode"], registry=r)
+        self.emitted = Counter("tandem_emitted_tokens", "Tokens generated (emitted by the target)", registry=r)
+        self.drafted = Counter("tandem_draft_tokens", "Tokens proposed by the draft (or prompt lookup)",
+                               registry=r)
+        self.accepted = Counter("tandem_accepted_tokens", "Drafted tokens the target accepted", registry=r)
+        self.passes = Counter("tandem_target_passes", "Target forward passes (one per decode step)", registry=r)
+        self.drafts = Counter("tandem_drafts", "Decode steps that verified a non-empty draft", registry=r)
+        self.tested_pos = Counter("tandem_draft_tokens_per_pos",
+                                  "Drafted tokens the target judged, by position in the draft (0-based)",
+                                  ["position"], registry=r)
+        self.accepted_pos = Counter("tandem_accepted_tokens_per_pos",
+                                    "Drafted tokens the target accepted, by position in the draft (0-based)",
+                                    ["position"], registry=r)
+        self.decode_seconds = Counter("tandem_decode_seconds", "Decode time, prompt processing excluded",
+                                      registry=r)
+        self.tokens_per_s = Gauge("tandem_tokens_per_second", "Decode tokens/s of the latest generation",
+                                  registry=r)
+        self.prompt_tokens = Counter("tandem_prompt_tokens", "Prompt tokens of API requests", registry=r)
+        self.requests = Counter("tandem_requests", "OpenAI-compatible API requests, by endpoint and HTTP status",
+                                ["endpoint", "status"], registry=r)
+        self.latency = Histogram("tandem_request_seconds", "API request time, queueing included", ["endpoint"],
+                                 buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r)
+        queued = Gauge("tandem_queue_length", "Generations waiting for the pair (one runs at a time)", registry=r)
+        queued.set_function(lambda: state.generation_lock.waiting)
+        running = Gauge("tandem_generation_running", "1 while a generation holds the pair", registry=r)
+        running.set_function(lambda: 1.0 if state.generation_lock.locked() else 0.0)
+        state.observers.append(self.observe)
+
+    def observe(self, done: DoneEvent, cfg: GenConfig) -> None:
+        """Count one finished generation (called by the runner's worker)."""
+        s = done.stats or {}
+        self.generations.labels(mode="speculative" if cfg.speculative else "plain").inc()
+        self.emitted.inc(s.get("tokens", 0))
+        self.drafted.inc(s.get("drafted", 0))
+        self.accepted.inc(s.get("accepted", 0))
+        self.passes.inc(s.get("steps", 0))
+        self.drafts.inc(s.get("spec_steps", 0))
+        for i, n in enumerate(s.get("tested_at", [])):
+            self.tested_pos.labels(position=str(i)).inc(n)
+        for i, n in enumerate(s.get("accepted_at", [])):
+            self.accepted_pos.labels(position=str(i)).inc(n)
+        self.decode_seconds.inc(s.get("t_total", 0.0))
+        if s.get("tokens"):
+            self.tokens_per_s.set(s.get("tokens_per_s") or 0.0)
+
+    def request(self, endpoint: str, status: int, seconds: float, prompt_tokens: int = 0) -> None:
+        self.requests.labels(endpoint=endpoint, status=str(status)).inc()
+        self.latency.labels(endpoint=endpoint).observe(seconds)
+        if prompt_tokens:
+            self.prompt_tokens.inc(prompt_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

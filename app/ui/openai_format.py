@@ -1,0 +1,164 @@
+"""Pure functions behind the OpenAI-compatible API: stop strings, usage, and the speculative statistics in the
+two conventions clients already read (LM Studio's ``stats`` and llama.cpp's ``timings``), and the response
+and chunk objects themselves.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+# the engine's DoneEvent.reason → OpenAI's finish_reason / LM Studio's stop_reason
+FINISH = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context": "length", "stopped": "stop"}
+STOP_REASON = {"eog": "eosFound", "stop_string": "stopStringFound", "max_tokens": "maxPredictedTokensReached",
+               "context": "contextLengthReached", "stopped": "userStopped"}
+
+
+# --- stop strings --------------------------------------------------------------------------------------------
+
+def find_stop(text: str, stops: Sequence[str], start: int = 0) -> Optional[int]:
+    """Index of the earliest stop string in ``text`` at or after ``start`` (None if there is none)."""
+    hits = [i for i in (text.find(s, start) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """How many characters at the end of ``text`` could still become a stop string (not safe to send yet)."""
+    best = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:n]):
+                best = n
+                break
+    return best
+
+
+def tokens_through(pieces: Sequence[str], end: int) -> int:
+    """How many tokens (by their text ``pieces``) it takes to produce the first ``end`` characters."""
+    if end <= 0:
+        return 0
+    length = 0
+    for i, piece in enumerate(pieces):
+        length += len(piece)
+        if length >= end:
+            return i + 1
+    return len(pieces)
+
+
+@dataclass
+class Cut:
+    """The text to send so far: released[:sent] is out; ``end`` is set once a stop string is found."""
+
+    stops: Sequence[str]
+    sent: int = 0
+    end: Optional[int] = None
+
+    def advance(self, text: str, final: bool) -> str:
+        """The next piece of ``text`` that is safe to send (all the rest when ``final``)."""
+        if self.end is None and self.stops:
+            self.end = find_stop(text, self.stops, max(0, self.sent - max(map(len, self.stops))))
+        if self.end is not None:
+            upto = self.end
+        elif final or not self.stops:
+            upto = len(text)
+        else:
+            upto = len(text) - held_back(text, self.stops)
+        piece = text[self.sent:upto] if upto > self.sent else ""
+        self.sent = max(self.sent, upto)
+        return piece
+
+
+# --- statistics ---------------------------------------------------------------------------------------------
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def lmstudio_stats(summary: dict, *, speculative: bool, draft_model: Optional[str], completion_tokens: int,
+                   ttft: Optional[float], reason: str) -> dict:
+    """LM Studio's response ``stats`` (snake_case as in its REST API), plus Tandem's own rates."""
+    drafted, accepted = int(summary.get("drafted", 0)), int(summary.get("accepted", 0))
+    out = {
+        "tokens_per_second": summary.get("tokens_per_s") or 0.0,
+        "time_to_first_token": ttft,
+        "generation_time": summary.get("t_total", 0.0),
+        "stop_reason": STOP_REASON.get(reason, reason),
+        "completion_tokens": completion_tokens,
+        "speculative": speculative,
+    }
+    if speculative:
+        out.update(
+            draft_model=draft_model,
+            total_draft_tokens_count=drafted,
+            accepted_draft_tokens_count=accepted,
+            rejected_draft_tokens_count=drafted - accepted,
+            ignored_draft_tokens_count=0,
+            acceptance_rate=summary.get("acceptance_rate", 0.0),
+            tokens_per_target_pass=summary.get("mean_accepted", 0.0),
+            target_passes=int(summary.get("steps", 0)),
+            emitted_tokens=int(summary.get("tokens", 0)),
+            per_position_acceptance=list(summary.get("per_position", [])),
+        )
+    return out
+
+
+def llamacpp_timings(summary: dict, *, prompt_tokens: int, prompt_s: float, completion_tokens: int) -> dict:
+    """llama.cpp server's ``timings`` (milliseconds; draft counters as in its speculative responses)."""
+    decode_s = summary.get("t_total", 0.0) or 0.0
+    return {
+        "prompt_n": prompt_tokens,
+        "prompt_ms": prompt_s * 1000.0,
+        "prompt_per_token_ms": prompt_s * 1000.0 / prompt_tokens if prompt_tokens else 0.0,
+        "prompt_per_second": prompt_tokens / prompt_s if prompt_s > 0 else 0.0,
+        "predicted_n": completion_tokens,
+        "predicted_ms": decode_s * 1000.0,
+        "predicted_per_token_ms": decode_s * 1000.0 / completion_tokens if completion_tokens else 0.0,
+        "predicted_per_second": summary.get("tokens_per_s") or 0.0,
+        "draft_n": int(summary.get("drafted", 0)),
+        "draft_n_accepted": int(summary.get("accepted", 0)),
+    }
+
+
+# --- responses ----------------------------------------------------------------------------------------------
+
+class Envelope:
+    """id, created and model shared by a response and all of its chunks."""
+
+    def __init__(self, kind: str, model: str):
+        self.chat = kind == "chat"
+        prefix = "chatcmpl" if self.chat else "cmpl"
+        self.id = f"{prefix}-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.model = model
+
+    def _wrap(self, obj: str, choices: list, **extra) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": "tandem", "choices": choices, **extra}
+
+    def response(self, text: str, finish: str, **extra) -> dict:
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": finish}
+            return self._wrap("chat.completion", [choice], **extra)
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return self._wrap("text_completion", [choice], **extra)
+
+    def chunk(self, text: Optional[str], finish: Optional[str] = None, first: bool = False, **extra) -> dict:
+        if self.chat:
+            delta: dict = {"role": "assistant", "content": text or ""} if first else \
+                ({"content": text} if text else {})
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return self._wrap("chat.completion.chunk", [choice], **extra)
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        return self._wrap("text_completion", [choice], **extra)
+
+    def usage_chunk(self, **extra) -> dict:
+        return self._wrap("chat.completion.chunk" if self.chat else "text_completion", [], **extra)
+
+
+def error_body(message: str, type_: str = "invalid_request_error", param: Optional[str] = None,
+               code: Optional[str] = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

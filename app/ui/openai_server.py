@@ -1,0 +1,62 @@
+"""``launcher.py serve``: the OpenAI-compatible API and ``/metrics`` on their own (no UI), for editors, chat
+front-ends and scripts. The same endpoints are also mounted on the UI's server (``launcher.py``).
+
+Loopback by default; any other host needs ``--api-key``, which every ``/v1`` route (and ``/metrics``) then
+checks as ``Authorization: Bearer <key>``.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Optional
+
+from fastapi import FastAPI
+
+from app.engine.backend import LoadOptions
+from app.ui.app import LOOPBACK, say, startup_pair
+from app.ui.openai_api import OpenAIApi, mount
+from app.ui.state import AppState
+
+DEFAULT_PORT = 8080
+
+def check_exposure(host: str, api_key: Optional[str]) -> None:
+    """Refuse to serve beyond this machine without a key."""
+    if host not in LOOPBACK and not api_key:
+        raise SystemExit(f"refusing to serve the API on {host}: anyone on the network could use it. "
+                         "Add --api-key KEY, or keep the default 127.0.0.1.")
+
+
+def build(state: AppState, api_key: Optional[str] = None) -> tuple[FastAPI, OpenAIApi]:
+    app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
+    return app, mount(app, state, api_key)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Optional[str] = None,
+              pair_id: Optional[str] = None) -> int:
+    import uvicorn
+
+    check_exposure(host, api_key)
+    if not port_is_free(host, port):
+        raise SystemExit(f"port {port} on {host} is in use; choose another with --port")
+    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1))
+    startup_pair(state, pair_id)
+    app, _ = build(state, api_key)
+    shown = "127.0.0.1" if host == "localhost" else host
+    if host not in LOOPBACK:
+        say(f"WARNING: serving on {host} — reachable from other machines; every request needs the API key.")
+    say(f"OpenAI-compatible API on http://{shown}:{port}/v1  (metrics: /metrics; Ctrl+C to quit)")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        state.unload()
+    return 0

@@ -1,0 +1,94 @@
+"""The API's pure parts: stop strings while streaming, the statistics conventions, the FIFO generation lock,
+and request validation (no server, no model)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from app.ui import openai_format as F
+from app.ui import openai_schema as schema
+from app.ui import settings as S
+from app.ui.fifo import FifoLock
+
+
+def test_stop_strings_are_held_back_until_they_cannot_match():
+    assert F.held_back("hello wor", ["world"]) == 3
+    assert F.held_back("hello", ["xyz"]) == 0
+    assert F.find_stop("a STOP b STOP", ["STOP"]) == 2
+    cut = F.Cut(["</s>", "\n\n"])
+    assert cut.advance("abc<", final=False) == "abc"
+    assert cut.advance("abc</", final=False) == ""
+    assert cut.advance("abc</x", final=False) == "</x"
+    assert cut.advance("abc</x\n", final=False) == ""
+    assert cut.advance("abc</x\n\nmore", final=False) == ""
+    assert cut.end == 6 and cut.advance("abc</x\n\nmore tokens", final=True) == ""
+    plain = F.Cut([])
+    assert plain.advance("ab", False) == "ab" and plain.advance("abcd", True) == "cd"
+
+
+def test_tokens_through_counts_the_tokens_that_produce_the_text():
+    pieces = ["He", "llo", "", " wor", "ld"]
+    assert F.tokens_through(pieces, 0) == 0
+    assert F.tokens_through(pieces, 2) == 1
+    assert F.tokens_through(pieces, 3) == 2
+    assert F.tokens_through(pieces, 6) == 4
+    assert F.tokens_through(pieces, 99) == 5
+
+
+def test_stats_in_both_conventions_are_consistent():
+    summary = {"tokens": 10, "drafted": 12, "accepted": 8, "steps": 3, "tokens_per_s": 50.0, "t_total": 0.2,
+               "acceptance_rate": 8 / 12, "mean_accepted": 10 / 3, "per_position": [1.0, 0.5]}
+    st = F.lmstudio_stats(summary, speculative=True, draft_model="d.gguf", completion_tokens=10, ttft=0.1,
+                          reason="max_tokens")
+    assert st["total_draft_tokens_count"] == st["accepted_draft_tokens_count"] + st["rejected_draft_tokens_count"] \
+        + st["ignored_draft_tokens_count"]
+    assert st["stop_reason"] == "maxPredictedTokensReached" and F.FINISH["max_tokens"] == "length"
+    tm = F.llamacpp_timings(summary, prompt_tokens=20, prompt_s=0.1, completion_tokens=10)
+    assert (tm["draft_n"], tm["draft_n_accepted"], tm["predicted_n"]) == (12, 8, 10)
+    assert tm["predicted_ms"] == pytest.approx(200.0) and tm["prompt_per_second"] == pytest.approx(200.0)
+    plain = F.lmstudio_stats(summary, speculative=False, draft_model=None, completion_tokens=10, ttft=None,
+                             reason="eog")
+    assert "total_draft_tokens_count" not in plain and plain["stop_reason"] == "eosFound"
+
+
+def test_requests_map_to_the_chat_settings():
+    req = schema.parse(schema.ChatRequest, b'{"messages": [{"role": "developer", "content": "Be brief."},'
+                       b' {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],'
+                       b' "temperature": 0, "max_completion_tokens": 7, "k": "auto", "speculative": false,'
+                       b' "stop": "END"}')
+    resolved = schema.settings_of(req, S.defaults())
+    assert (resolved["max_tokens"], resolved["temperature"], resolved["speculative"]) == (7, 0.0, False)
+    assert schema.chat_messages(req, resolved) == [{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": "Hi"}]
+    assert schema.stops(req) == ["END"]
+    for body, param in ((b'{"prompt": "x", "n": 2}', "n"), (b'{"prompt": ["a", "b"]}', "prompt"),
+                        (b'{"prompt": "x", "p_min": 1.5}', "p_min"), (b'{"prompt": "x", "echo": true}', "echo"),
+                        (b'{"prompt": "x", "seed": "7"}', "seed")):
+        with pytest.raises(schema.RequestError) as err:
+            schema.settings_of(schema.parse(schema.CompletionRequest, body), S.defaults())
+        assert err.value.param == param and err.value.status == 400
+
+
+def test_fifo_lock_serves_waiters_in_order():
+    lock, order = FifoLock(), []
+    lock.acquire()
+
+    def waiter(i: int) -> None:
+        with lock:
+            order.append(i)
+
+    threads = []
+    for i in range(5):
+        threads.append(threading.Thread(target=waiter, args=(i,)))
+        threads[-1].start()
+        while lock.waiting < i + 1:  # queued before the next one starts
+            time.sleep(0.001)
+    assert not lock.acquire(blocking=False) and not lock.acquire(timeout=0.01)
+    assert lock.waiting == 5
+    lock.release()
+    for t in threads:
+        t.join(5)
+    assert order == [0, 1, 2, 3, 4] and not lock.locked() and lock.waiting == 0
