@@ -15,6 +15,7 @@ COMMANDS = ("ui", "setup", "bench", "models", "tune", "test")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="launcher.py", description="Tandem: local speculative decoding.")
     sub = parser.add_subparsers(dest="command")
+    from app.offload import add_gpu_args
 
     ui = sub.add_parser("ui", help="start the app (the default)")
     ui.add_argument("--host", default="127.0.0.1")
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     ui.add_argument("--auth", help="user:password, required for a --host other than loopback")
     ui.add_argument("--pair", help="catalog pair to load at start (default: the catalog's default)")
+    add_gpu_args(ui)
     ui.set_defaults(func=_ui)
 
     setup = sub.add_parser("setup", help="fetch and derive the offline demo pairs, then exit")
@@ -79,7 +81,7 @@ def _ui(args: argparse.Namespace) -> int:
     from app.ui.app import serve
 
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
-                 pair_id=args.pair)
+                 pair_id=args.pair, gpu_layers=(args.gpu_layers, args.draft_gpu_layers))
 
 
 def _test(args: argparse.Namespace) -> int:
