@@ -85,6 +85,7 @@ class Model:
         global _load_log
         self.options = options
         with _load_lock:
+            L.llama_log_set(_silent_log, ctypes.c_void_p(0))  # ours again, should anything have replaced it
             _load_log = []
             try:
                 self._load(options)
