@@ -101,7 +101,7 @@ PY="$TANDEM_VENV/bin/python"
 # --- 2. the test suite with every layer on the GPU ---------------------------------------------------------
 say "test suite with GPU offload (TANDEM_TEST_GPU_LAYERS=-1)"
 set +e
-TANDEM_TEST_GPU_LAYERS=-1 python3 launcher.py test -q -rfE 2>&1 | tee "$OUT/tests.log"
+TANDEM_TEST_GPU_LAYERS=-1 python3 launcher.py test -- -q -rfE 2>&1 | tee "$OUT/tests.log"
 TESTS_RC=${PIPESTATUS[0]}
 set -e
 
