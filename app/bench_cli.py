@@ -13,6 +13,7 @@ from app.engine import limits
 from app.engine.bench import BenchConfig, PromptFileError, load_prompts, run_bench
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.sampling import SamplerSettings
+from app.offload import add_gpu_args
 
 
 def k_value(text: str):
@@ -45,13 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "'llama-cpp-lookup' "
                         "(llama-cpp-python's LlamaPromptLookupDecoding, vs Tandem's speculative runs)")
     p.add_argument("--json", dest="json_out", help="write the full result to this file")
+    add_gpu_args(p)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    from app.engine.backend import LoadOptions
-    from app.engine.pair import Pair
     from app.models.provision import ensure_pair
+    from app.offload import load_pair
 
     try:
         prompts = load_prompts(args.prompts_file, args.suite)
@@ -70,13 +71,14 @@ def main(args: argparse.Namespace) -> int:
         print("error: --reference bare-spec compares draft-model speculation; use --proposer draft",
               file=sys.stderr)
         return 2
-    opts = LoadOptions(n_ctx=args.ctx, n_threads=args.threads)
     print(f"[bench] pair {entry.id}: target {target.name}, draft {draft.name}; {len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
-    with Pair.load(target, draft if args.proposer == "draft" else None, opts) as pair:
+    pair, gpu = load_pair(target, draft if args.proposer == "draft" else None, args, "bench")
+    with pair:
         result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats, reference=args.reference),
                            progress=_progress)
     result["pair"] = entry.id
+    result["gpu"] = gpu
     result["command"] = reproduce_command(sys.argv)
     print(file=sys.stderr)
     print(format_table(result))

@@ -17,6 +17,7 @@ COMMANDS = ("ui", "serve", "setup", "bench", "models", "tune", "test")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="launcher.py", description="Tandem: local speculative decoding.")
     sub = parser.add_subparsers(dest="command")
+    from app.offload import add_gpu_args
 
     ui = sub.add_parser("ui", help="start the app (the default)")
     ui.add_argument("--host", default="127.0.0.1")
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--auth", help="user:password, required for a --host other than loopback")
     ui.add_argument("--pair", help="catalog pair to load at start (default: the catalog's default)")
     ui.add_argument("--api-key", help="Bearer key for the OpenAI-compatible /v1 routes (needed beyond loopback)")
+    add_gpu_args(ui)
     ui.set_defaults(func=_ui)
 
     serve = sub.add_parser("serve", help="the OpenAI-compatible API alone (no UI), e.g. for editors and scripts")
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--overhead", type=_positive, metavar="N", help="instead of serving: time N rounds of direct "
                        "engine runs against the same requests through the server, print the overhead, exit")
     serve.add_argument("--max-tokens", type=_positive, default=128, help="tokens per run for --overhead")
+    add_gpu_args(serve)
     serve.set_defaults(func=_serve)
 
     setup = sub.add_parser("setup", help="fetch and derive the offline demo pairs, then exit")
@@ -169,7 +172,8 @@ def _ui(args: argparse.Namespace) -> int:
     from app.ui.app import serve
 
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
-                 pair_id=args.pair, api_key=args.api_key)
+                 pair_id=args.pair, api_key=args.api_key,
+                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -179,7 +183,8 @@ def _serve(args: argparse.Namespace) -> int:
         return overhead(rounds=args.overhead, max_tokens=args.max_tokens, pair_id=args.pair)
     from app.ui.openai_server import serve_api
 
-    return serve_api(host=args.host, port=args.port, api_key=args.api_key, pair_id=args.pair)
+    return serve_api(host=args.host, port=args.port, api_key=args.api_key, pair_id=args.pair,
+                     gpu_layers=(args.gpu_layers, args.draft_gpu_layers))
 
 
 def _test(args: argparse.Namespace) -> int:

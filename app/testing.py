@@ -14,3 +14,20 @@ def test_home() -> Path:
     root = Path(env) if env else Path(platformdirs.user_cache_dir("tandem", appauthor=False)) / "test-home"
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def gpu_layers() -> int:
+    """GPU layers for every model the tests load: ``$TANDEM_TEST_GPU_LAYERS`` (a number; -1 or ``all``: every
+    layer), 0 by default. ``scripts/gpu-check.sh`` runs the suite with -1."""
+    text = os.environ.get("TANDEM_TEST_GPU_LAYERS", "0").strip().lower()
+    try:
+        return -1 if text == "all" else int(text)
+    except ValueError:
+        raise SystemExit(f"TANDEM_TEST_GPU_LAYERS must be a number or 'all', not {text!r}") from None
+
+
+def load_options(**kw):
+    """``LoadOptions(**kw)`` with the tests' GPU layers (see :func:`gpu_layers`)."""
+    from app.engine.backend import LoadOptions
+
+    return LoadOptions(n_gpu_layers=gpu_layers(), **kw)

@@ -13,6 +13,7 @@ from typing import Optional
 from app.bench_cli import _f, reproduce_command
 from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
+from app.offload import add_gpu_args
 
 
 def _p_mins(text: str) -> tuple:
@@ -57,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=limits.arg("ctx"), default=2048, help="context size")
     p.add_argument("--json", dest="json_out", help="write the result (cells, best, recommendations) here")
     p.add_argument("--no-save", action="store_true", help="do not make the result this machine's defaults")
+    add_gpu_args(p)
     g = p.add_argument_group("history")
     g.add_argument("--history", action="store_true", help="list stored runs and exit")
     g.add_argument("--show", type=int, metavar="ID", help="print a stored run's report")
@@ -72,19 +74,19 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from app.engine.backend import LoadOptions
     from app.engine.bench import PromptFileError
     from app.engine.lab import LabRequest, plan, run_lab
-    from app.engine.pair import Pair
     from app.engine.tuned import describe_machine, machine_info
     from app.models.provision import ensure_pair
+    from app.offload import load_pair
 
     entry, target, draft = ensure_pair(args.pair)
     req = LabRequest(drafts=args.drafts, ks=args.k, suite=args.suite, prompts_file=args.prompts_file,
                      max_tokens=args.max_tokens, temperature=args.temperature, quick=args.quick,
                      repeats=max(1, args.repeats), p_mins=args.p_min, seed=args.seed)
     cancel = threading.Event()
-    with Pair.load(target, draft, LoadOptions(n_ctx=args.ctx, n_threads=args.threads)) as pair:
+    pair, gpu = load_pair(target, draft, args, "tune")
+    with pair:
         try:
             cfg = plan(pair, req, on_skip=lambda name, why: print(f"[tune] skip {name}: {why}", file=sys.stderr))
         except (ValueError, PromptFileError) as exc:
@@ -110,6 +112,7 @@ def _sweep(args: argparse.Namespace) -> int:
         finally:
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGINT, previous)
+    result["gpu"] = gpu
     print(file=sys.stderr)
     print(format_cells(result))
     print()

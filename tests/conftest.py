@@ -12,7 +12,7 @@ os.environ.setdefault("TANDEM_QUIET", "1")
 
 import pytest  # noqa: E402
 
-from app.engine.backend import LoadOptions  # noqa: E402
+from app.testing import load_options  # noqa: E402
 from app.engine.pair import Pair  # noqa: E402
 from app.models.provision import ensure_pair  # noqa: E402
 
@@ -34,6 +34,6 @@ def gemma_paths():
 @pytest.fixture(scope="session")
 def smol_pair(smol_paths):
     """The demo pair loaded once for the session (2048-token context)."""
-    pair = Pair.load(smol_paths[0], smol_paths[1], LoadOptions(n_ctx=2048))
+    pair = Pair.load(smol_paths[0], smol_paths[1], load_options(n_ctx=2048))
     yield pair
     pair.close()

@@ -39,6 +39,13 @@ def test_bench_json_contract(tmp_path, smol_paths):
     assert 0 <= result["acceptance_rate"] <= 1 and result["mean_accepted"] >= 1
     assert 0 <= result["paused"] <= 1 and (result["limit"] is not None) == (result["paused"] > 0)
     assert "median" in proc.stdout and "reproduce: python launcher.py bench" in proc.stdout
+    gpu = result["gpu"]  # what llama.cpp placed next to the fit estimate (here: a CPU, nothing offloaded)
+    assert {"backend", "device", "decision", "target", "draft", "estimated_gpu_bytes", "used_gpu_bytes"} <= gpu.keys()
+    for side in (gpu["target"], gpu["draft"]):
+        assert {"layers", "layers_placed", "layers_total", "estimated_gpu_bytes", "used_gpu_bytes",
+                "used_bytes"} <= side.keys()
+        assert side["layers_total"] == 31 and sum(side["used_bytes"].values()) > 0
+    assert "[bench] GPU layers:" in proc.stdout and "layers placed on the GPU" in proc.stdout
 
 
 def test_bench_lookup_with_reference(tmp_path, smol_paths):

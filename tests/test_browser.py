@@ -146,6 +146,7 @@ def test_pair_settings_refuse_an_incompatible_draft_and_keep_the_pair(page):
     page.wait_for_selector("#tdm-pairinfo table")
     before = page.inner_text("#tdm-pairinfo")
     assert "Backend" in before and "MiB" in before
+    assert "GPU layers:" in before and "layers placed on the GPU" in before  # the choice and what was placed
     choose(page, "tdm-draft", "gemma-3-270m-q4_k_m.gguf")
     page.wait_for_selector("#tdm-verdict .tdm-status-error")
     assert "Refused" in page.inner_text("#tdm-verdict")

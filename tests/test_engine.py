@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.backend import ContextFullError, LoadOptions, Model
+from app.engine.backend import ContextFullError, Model
 from app.engine.bench import builtin_suite
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
@@ -14,6 +14,7 @@ from app.engine.proposers import DraftModelProposer
 from app.engine.sampling import SamplerSettings
 from app.engine.text import Utf8Stream
 from app.engine.vocab import IncompatiblePair
+from app.testing import load_options
 
 TOKENS = 48
 
@@ -37,7 +38,7 @@ def test_greedy_speculative_equals_plain_on_the_suite(smol_pair, proposer, k, ev
 
 def test_target_drafting_for_itself_accepts_nearly_everything(smol_paths):
     target, _ = smol_paths
-    with Pair.load(target, target, LoadOptions(n_ctx=1024)) as pair:
+    with Pair.load(target, target, load_options(n_ctx=1024)) as pair:
         prompt = builtin_suite("code")[0].tokens(pair)
         plain, _ = _run(pair, prompt, max_tokens=TOKENS, speculative=False)
         spec, stats = _run(pair, prompt, max_tokens=TOKENS, k=4)
@@ -66,7 +67,7 @@ def test_events_carry_provenance_and_timings(smol_pair):
 
 def test_logits_after_rejection_match_a_fresh_context(smol_paths):
     target_path, draft_path = smol_paths
-    opts = LoadOptions(n_ctx=512)
+    opts = load_options(n_ctx=512)
     with Model(target_path, opts) as target, Model(target_path, opts) as fresh:
         prompt = target.tokenize("The capital of France is", add_special=True)
         target.sync(prompt[:-1], need_logits=False)
@@ -85,7 +86,7 @@ def test_logits_after_rejection_match_a_fresh_context(smol_paths):
 
 def test_incompatible_pair_is_refused_with_the_first_difference(smol_paths, gemma_paths):
     with pytest.raises(IncompatiblePair, match="vocabulary type differs"):
-        Pair.load(smol_paths[0], gemma_paths[1], LoadOptions(n_ctx=256))
+        Pair.load(smol_paths[0], gemma_paths[1], load_options(n_ctx=256))
 
 
 def test_seeded_sampling_is_reproducible_and_exactness_path_runs(smol_pair):
@@ -118,7 +119,7 @@ def _valid_utf8(data: bytes) -> bool:
 
 
 def test_prompt_past_the_context_is_a_clear_error(smol_paths):
-    with Pair.load(smol_paths[0], smol_paths[1], LoadOptions(n_ctx=256)) as pair:
+    with Pair.load(smol_paths[0], smol_paths[1], load_options(n_ctx=256)) as pair:
         with pytest.raises(ContextFullError, match="context holds 256"):  # refused while tokenising
             pair.completion_prompt("word " * 400)
         prompt = pair.target.tokenize("word " * 400, parse_special=False)
@@ -130,7 +131,7 @@ def test_prompt_past_the_context_is_a_clear_error(smol_paths):
 
 
 def test_generation_stops_at_the_context_end(smol_paths):
-    with Pair.load(smol_paths[0], smol_paths[1], LoadOptions(n_ctx=256)) as pair:
+    with Pair.load(smol_paths[0], smol_paths[1], load_options(n_ctx=256)) as pair:
         prompt = pair.completion_prompt("word " * 200)
         out, _ = _run(pair, prompt, max_tokens=500, k=8)
         assert 0 < len(prompt) + len(out) <= pair.target.n_ctx

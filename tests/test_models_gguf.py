@@ -104,10 +104,11 @@ def test_cut_and_foreign_files_are_reported(tmp_path):
 
 
 def test_metadata_matches_the_engine_for_the_demo_models(smol_paths, gemma_paths):
-    from app.engine.backend import LoadOptions, Model
+    from app.engine.backend import Model
+    from app.testing import load_options
 
     for path in (smol_paths[1], gemma_paths[1]):
-        with Model(path, LoadOptions(n_ctx=256)) as model:
+        with Model(path, load_options(n_ctx=256)) as model:
             loaded = model.vocab_info()
         _, from_header = meta.read(path)
         assert from_header.fingerprint() == loaded.fingerprint()

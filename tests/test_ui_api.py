@@ -94,13 +94,13 @@ def test_settings_defaults_aliases_and_unknown_keys():
 
 
 def test_failed_switch_keeps_the_previous_pair_working(smol_paths, gemma_paths, tmp_path):
-    from app.engine.backend import LoadOptions
+    from app.testing import load_options
     from app.ui import api
     from app.ui import settings as S
     from app.ui.state import AppState
 
     state = AppState()
-    opts = LoadOptions(n_ctx=1024)
+    opts = load_options(n_ctx=1024)
     state.load(smol_paths[0], smol_paths[1], opts)
     first = state.pair
     with pytest.raises(Exception, match="incompatible"):

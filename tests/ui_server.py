@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from app.testing import test_home
+from app.testing import gpu_layers, test_home
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -33,8 +33,9 @@ def app_url(timeout: float = 300.0) -> str:
     env = dict(os.environ, TANDEM_HOME=os.environ.get("TANDEM_HOME", str(test_home())), TANDEM_QUIET="1")
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "app-server.log", "w")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), "--no-browser", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    ngl = str(gpu_layers())
+    proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), "--no-browser", "--port", str(port),
+                             "-ngl", ngl, "-ngld", ngl], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     atexit.register(_stop, proc, log)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + timeout

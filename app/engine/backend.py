@@ -17,10 +17,13 @@ from typing import Optional, Sequence
 import llama_cpp as L
 import numpy as np
 
+from app.engine.placement import Placement, parse as parse_placement
 from app.engine.vocab import VOCAB_TYPES, VocabInfo
 
 _init_lock = threading.Lock()
 _initialised = False
+_load_lock = threading.Lock()  # one load at a time, so that the log recorded is that load's
+_load_log: Optional[list] = None  # llama.cpp's log of the load in progress (placement.parse reads it)
 
 
 class BackendError(RuntimeError):
@@ -37,6 +40,8 @@ class ContextFullError(BackendError):
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 def _silent_log(level, text, user_data):  # pragma: no cover - called from C
+    if _load_log is not None:
+        _load_log.append(text.decode(errors="replace"))
     if os.environ.get("TANDEM_LLAMA_LOG") == "1":
         print(text.decode(errors="replace"), end="", flush=True)
 
@@ -77,6 +82,26 @@ class Model:
         self.path = Path(path)
         if not self.path.is_file():
             raise BackendError(f"model file not found: {self.path}")
+        global _load_log
+        self.options = options
+        with _load_lock:
+            L.llama_log_set(_silent_log, ctypes.c_void_p(0))  # ours again, should anything have replaced it
+            _load_log = []
+            try:
+                self._load(options)
+            finally:
+                log, _load_log = "".join(_load_log), None
+        self._placement = parse_placement(log, L.llama_model_n_layer(self.model))
+        self.n_ctx = L.llama_n_ctx(self.ctx)
+        self.n_batch = min(L.llama_n_batch(self.ctx), L.llama_n_ubatch(self.ctx))  # llama.cpp may clamp
+        self.mem = L.llama_get_memory(self.ctx)
+        self.recurrent = bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))
+        self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+        self.cached: list[int] = []  # the tokens in the KV cache, in order
+        self._closed = False
+
+    def _load(self, options: LoadOptions) -> None:
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
         mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE
@@ -92,21 +117,16 @@ class Model:
         cparams.n_batch = cparams.n_ubatch = options.n_batch
         cparams.n_seq_max = 1
         threads = options.n_threads or default_threads()
-        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.n_threads = cparams.n_threads_batch = self.n_threads = threads
         cparams.no_perf = True
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             L.llama_model_free(self.model)
             raise BackendError(f"could not create a context for {self.path.name} (n_ctx={cparams.n_ctx})")
-        self.n_ctx = L.llama_n_ctx(self.ctx)
-        self.n_batch = min(L.llama_n_batch(self.ctx), L.llama_n_ubatch(self.ctx))  # llama.cpp may clamp
-        self.n_threads = threads
-        self.mem = L.llama_get_memory(self.ctx)
-        self.recurrent = bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))
-        self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
-        self._piece = ctypes.create_string_buffer(256)
-        self.cached: list[int] = []  # the tokens in the KV cache, in order
-        self._closed = False
+
+    def placement(self) -> Placement:
+        """What llama.cpp placed where when it loaded this model: layers on the GPU, bytes per device."""
+        return self._placement
 
     # --- decoding -----------------------------------------------------------------------------------
 
@@ -311,12 +331,17 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, Vulkan, …)."""
+    quiet_logs()
+    return bool(L.llama_supports_gpu_offload())
+
+
 def active_backend() -> str:
     """'CUDA', 'Metal', 'Vulkan', … or 'CPU': what llama.cpp will run on."""
-    quiet_logs()
-    info = L.llama_print_system_info().decode(errors="replace")
-    if not L.llama_supports_gpu_offload():
+    if not gpu_offload_supported():
         return "CPU"
+    info = L.llama_print_system_info().decode(errors="replace")
     for name in ("CUDA", "Metal", "Vulkan", "ROCm", "SYCL"):
         if name.upper() in info.upper():
             return name

@@ -32,16 +32,13 @@ class Pair:
     def load(cls, target_path: Path | str, draft_path: Optional[Path | str] = None,
              target_options: LoadOptions = LoadOptions(),
              draft_options: Optional[LoadOptions] = None) -> "Pair":
-        """Load both models; the draft defaults to full GPU offload and the target's context size.
+        """Load both models; the draft's options default to :func:`draft_options_for` the target.
         Nothing stays loaded if either fails."""
         target = Model(target_path, target_options)
         try:
             draft = None
             if draft_path is not None:
-                opts = draft_options or LoadOptions(n_ctx=target.n_ctx, n_gpu_layers=-1,
-                                                    n_threads=target_options.n_threads,
-                                                    n_batch=target_options.n_batch)
-                draft = Model(draft_path, opts)
+                draft = Model(draft_path, draft_options or draft_options_for(target))
             return cls(target, draft)
         except BaseException:
             target.close()
@@ -148,3 +145,12 @@ class Pair:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def draft_options_for(target: Model, draft: Optional[Model] = None) -> LoadOptions:
+    """How to load a (further) draft beside ``target``: the target's context, threads and batch, and on the GPU
+    (all its layers) where ``draft`` is, or, with no draft given, where any of the target is: a draft goes on
+    the GPU before the target does."""
+    ref = (draft or target).options.n_gpu_layers
+    return LoadOptions(n_ctx=target.n_ctx, n_gpu_layers=0 if ref == 0 else -1, n_threads=target.options.n_threads,
+                       n_batch=target.options.n_batch)

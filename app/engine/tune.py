@@ -22,7 +22,7 @@ from app.engine import limits
 from app.engine.backend import BackendError, LoadOptions, Model
 from app.engine.bench import Prompt, encode, measure, paused_share
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
-from app.engine.pair import Pair
+from app.engine.pair import Pair, draft_options_for
 from app.engine.sampling import SamplerSettings
 from app.engine.stats import costs, median, pool
 from app.engine.vocab import IncompatiblePair, check
@@ -235,8 +235,7 @@ class _DraftSlot:
         self._release(self.pair.swap_draft(self._load(cand.path)))
 
     def _load(self, path: str) -> Model:
-        t = self.pair.target
-        return Model(path, LoadOptions(n_ctx=t.n_ctx, n_gpu_layers=-1, n_threads=t.n_threads, n_batch=t.n_batch))
+        return Model(path, draft_options_for(self.pair.target, self.original))
 
     def _release(self, model: Optional[Model]) -> None:
         if model is not None and model is not self.original:

@@ -29,8 +29,7 @@ def shape_of(entry: ModelEntry, cat: Catalog) -> Optional[ModelShape]:
         except GGUFError:
             m = None
     if m is not None:
-        return ModelShape(entry.id, m.weights_bytes, m.n_layers, m.n_embd, m.n_head_kv, m.head_dim_k,
-                          m.head_dim_v, m.n_vocab, m.sliding_window, m.swa_layers)
+        return shape_from_meta(entry.id, m)
     size = entry.size
     if size is None and entry.derive_from and entry.derive_from in cat.models:
         src = cat.models[entry.derive_from]
@@ -39,6 +38,11 @@ def shape_of(entry: ModelEntry, cat: Catalog) -> Optional[ModelShape]:
         return None
     return ModelShape(entry.id, size, entry.layers, entry.embd, entry.kv_heads, entry.head_dim, entry.head_dim,
                       entry.vocab, entry.swa_window, entry.swa_layers)
+
+
+def shape_from_meta(name: str, m: meta.ModelMeta) -> ModelShape:
+    return ModelShape(name, m.weights_bytes, m.n_layers, m.n_embd, m.n_head_kv, m.head_dim_k, m.head_dim_v,
+                      m.n_vocab, m.sliding_window, m.swa_layers)
 
 
 def _derived_size(src_size: Optional[int], src_quant: str, ftype: str) -> Optional[int]:

@@ -64,6 +64,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         f.add_argument("--cache-type", default="f16", help="KV cache type: f16, q8_0, q4_0 (default f16)")
         f.add_argument("--json", action="store_true")
         f.set_defaults(func=cmd_fit if name == "fit" else cmd_recommend)
+    f = msub.choices["fit"]
+    f.add_argument("--place", nargs="?", const="", metavar="PAIR",
+                   help="also load an installed pair (default: the catalog's default) with the GPU layers below "
+                        "and show what llama.cpp placed next to the estimate")
+    from app.offload import add_gpu_args
+
+    add_gpu_args(f)
 
     der = msub.add_parser("derive", help="quantize an installed target into a small draft")
     der.add_argument("target")
@@ -183,12 +190,50 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     machine = _machine(args)
     rows = _rows(args, machine)
+    placed = None
+    if args.place is not None:
+        if machine.source == "given":
+            return _fail("--place loads the pair on this machine; leave out --vram and --ram", 2)
+        placed = _place(args, machine)
+        if isinstance(placed, str):
+            return _fail(placed)
     if args.json:
-        _print_json({"machine": machine.to_dict(), "pairs": rows})
+        _print_json({"machine": machine.to_dict(), "pairs": rows, **({"placement": placed} if placed else {})})
         return 0
     print(hardware.summary(machine) + (" (given on the command line)" if machine.source == "given" else ""))
     _table(rows)
+    if placed:
+        from app.offload import report_lines
+
+        print(f"placed {placed['pair']}: {placed['decision']}")
+        for line in report_lines(placed):
+            print(f"  {line}")
     return 0
+
+
+def _place(args: argparse.Namespace, machine):
+    """Load the pair ``args.place`` names with the GPU layers asked for; the gpu report, or why not (str)."""
+    from app.engine.backend import BackendError, LoadOptions
+    from app.engine.pair import Pair
+    from app.models import fileops
+    from app.models.catalog import load
+    from app.models.provision import model_path
+    from app.offload import choose, gpu_report
+
+    cat = load()
+    pid = args.place or cat.default_pair().id
+    if pid not in cat.pairs:
+        return f"unknown pair {pid!r}; see `launcher.py models list`"
+    paths = [model_path(cat.models[m]) for m in (cat.pairs[pid].target, cat.pairs[pid].draft)]
+    missing = [p.name for p in paths if not fileops.is_done(p)]
+    if missing:
+        return f"pair {pid} is not installed ({', '.join(missing)}): launcher.py models pull {pid}"
+    choice = choose(paths[0], paths[1], args.gpu_layers, args.draft_gpu_layers, args.ctx, machine=machine)
+    try:
+        with Pair.load(paths[0], paths[1], *choice.options(LoadOptions(n_ctx=args.ctx))) as pair:
+            return {"pair": pid, **gpu_report(pair.target, pair.draft, choice)}
+    except BackendError as exc:
+        return f"loading {pid} with {choice.line}: {exc}"
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:

@@ -126,40 +126,109 @@ def parts(m: ModelShape, ctx: int, s: Settings = Settings()) -> Parts:
     return Parts(m.weights, kv_bytes(m, ctx, s.cache_type, s.n_ubatch), compute_bytes(m, s.n_ubatch))
 
 
+@dataclass(frozen=True)
+class Offload:
+    """GPU layers for a pair (as ``-ngl`` counts them: ``n_layers + 1`` units each) and their estimated bytes."""
+
+    target_layers: int
+    draft_layers: int
+    target_units: int
+    draft_units: int
+    target_gpu_bytes: int
+    draft_gpu_bytes: int
+    budget: int  # usable GPU bytes (free minus the reserve)
+    target: Parts
+    draft: Optional[Parts]
+
+    @property
+    def gpu_bytes(self) -> int:
+        return self.target_gpu_bytes + self.draft_gpu_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def unit_bytes(m: ModelShape, p: Parts) -> int:
+    """Estimated bytes of one offloaded unit: its share of the weights and of the KV cache."""
+    return m.weights // (m.n_layers + 1) + p.kv // max(1, m.n_layers)
+
+
+def offload_bytes(m: ModelShape, p: Parts, layers: int) -> int:
+    """Estimated GPU bytes with ``layers`` of ``m``'s ``n_layers + 1`` units offloaded (a compute buffer on the
+    GPU as soon as one is)."""
+    if layers <= 0:
+        return 0
+    if layers >= m.n_layers + 1:
+        return p.total
+    return layers * unit_bytes(m, p) + p.compute
+
+
+def fit_units(m: ModelShape, p: Parts, room: int) -> int:
+    """How many units of ``m`` fit in ``room`` GPU bytes: all of them when the whole model does."""
+    if p.total <= room:
+        return m.n_layers + 1
+    per = unit_bytes(m, p)
+    return max(0, min(m.n_layers, (room - p.compute) // per)) if per else 0
+
+
+def gpu_budget(machine: Machine) -> int:
+    return sum(max(0, g.free - GPU_RESERVE) for g in machine.gpus)
+
+
+def choose_layers(target: ModelShape, draft: Optional[ModelShape], machine: Machine, s: Settings = Settings(),
+                  want_target: int | str = "auto", want_draft: int | str = "auto") -> Offload:
+    """GPU layers for each model: a number (-1 = all) is taken as given; ``auto`` puts the draft on the GPU first
+    (whole, if it fits), then as many target units as fit in what is left. No GPU: auto is 0, and nothing is
+    estimated to be on a GPU whatever was given."""
+    t = parts(target, s.ctx, s)
+    d = parts(draft, s.ctx_draft or s.ctx, s) if draft is not None else None
+    budget = gpu_budget(machine)
+
+    def given(want: int, units: int) -> int:
+        return units if want < 0 else min(want, units)
+
+    units_t, units_d = target.n_layers + 1, (draft.n_layers + 1 if draft is not None else 0)
+    if draft is None:
+        layers_d = 0
+    elif want_draft == "auto":
+        layers_d = units_d if machine.gpus and d.total <= budget else 0
+    else:
+        layers_d = given(int(want_draft), units_d)
+    gpu_d = offload_bytes(draft, d, layers_d) if draft is not None and machine.gpus else 0
+    if want_target == "auto":
+        layers_t = fit_units(target, t, budget - gpu_d) if machine.gpus else 0
+    else:
+        layers_t = given(int(want_target), units_t)
+    gpu_t = offload_bytes(target, t, layers_t) if machine.gpus else 0
+    return Offload(layers_t, layers_d, units_t, units_d, gpu_t, gpu_d, budget, t, d)
+
+
 def plan(target: ModelShape, draft: ModelShape, machine: Machine, s: Settings = Settings()) -> Plan:
     """Where the pair goes on ``machine``: draft on the GPU first, then as many target units as fit."""
-    t, d = parts(target, s.ctx, s), parts(draft, s.ctx_draft or s.ctx, s)
-    budget = sum(max(0, g.free - GPU_RESERVE) for g in machine.gpus)
-    units_t, units_d = target.n_layers + 1, draft.n_layers + 1
-    draft_on_gpu = bool(machine.gpus) and d.total <= budget
-    gpu_d = d.total if draft_on_gpu else 0
-    left = budget - gpu_d
-    if machine.gpus and t.total <= left:
-        layers_t, gpu_t = units_t, t.total
-    else:
-        per_unit = target.weights // units_t + t.kv // max(1, target.n_layers)
-        layers_t = max(0, min(target.n_layers, (left - t.compute) // per_unit)) if machine.gpus and per_unit else 0
-        gpu_t = layers_t * per_unit + (t.compute if layers_t else 0)
-    gpu = gpu_t + gpu_d
+    o = choose_layers(target, draft, machine, s)
+    t, d, budget = o.target, o.draft, o.budget
+    layers_t, units_t, units_d = o.target_layers, o.target_units, o.draft_units
+    draft_on_gpu = o.draft_layers > 0
+    gpu = o.gpu_bytes
     total = t.total + d.total
     # The host keeps what is not offloaded, and a compute buffer of its own when the target is split.
     host = total - gpu + (t.compute if 0 < layers_t < units_t else 0)
     ram_needed = host + (gpu if machine.unified else 0)
     if ram_needed > machine.ram_available:
         fit = "no"
-        reason = (f"needs {_gib(ram_needed)} of RAM" + (f" beside {_gib(gpu)} on the GPU" if gpu and not
-                  machine.unified else "") + f"; {_gib(machine.ram_available)} available")
+        reason = (f"needs {gib(ram_needed)} of RAM" + (f" beside {gib(gpu)} on the GPU" if gpu and not
+                  machine.unified else "") + f"; {gib(machine.ram_available)} available")
     elif draft_on_gpu and layers_t == units_t:
-        fit, reason = "gpu", f"everything on the GPU: {_gib(gpu)} of {_gib(budget)} usable"
+        fit, reason = "gpu", f"everything on the GPU: {gib(gpu)} of {gib(budget)} usable"
     elif gpu:
         fit = "partial"
         reason = (f"draft {'on the GPU' if draft_on_gpu else 'in RAM'}, {layers_t}/{units_t} target layers "
-                  f"on the GPU ({_gib(gpu)}), {_gib(host)} in RAM")
+                  f"on the GPU ({gib(gpu)}), {gib(host)} in RAM")
     else:
         fit = "cpu"
-        reason = f"CPU only: {_gib(host)} in RAM" + ("" if machine.gpus else " (no GPU)")
+        reason = f"CPU only: {gib(host)} in RAM" + ("" if machine.gpus else " (no GPU)")
     return Plan(fit, layers_t, units_d if draft_on_gpu else 0, gpu, host, total, t, d, reason)
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"

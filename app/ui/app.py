@@ -150,7 +150,8 @@ def startup_pair(state: AppState, pair_id: Optional[str]) -> None:
         say("checking the demo models (the first start downloads them, about a minute)")
         entry, target, draft = ensure_pair(pair_id)
         say(f"loading pair {entry.id}: target {target.name}, draft {draft.name} on {backend_name()}")
-        state.load(target, draft, state.target_options, None, pair_id=entry.id)
+        pair_tab.load_offloaded(state, target, draft, state.gpu_layers, state.target_options.n_ctx,
+                                pair_id=entry.id, announce=say)
         from app.ui.baseline import warm_up
 
         warm_up(state)
@@ -175,7 +176,8 @@ def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optio
 
 
 def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, auth: Optional[str] = None,
-          pair_id: Optional[str] = None, api_key: Optional[str] = None) -> int:
+          pair_id: Optional[str] = None, api_key: Optional[str] = None,
+          gpu_layers: tuple = ("auto", "auto")) -> int:
     credentials = None
     if auth:
         user, sep, password = auth.partition(":")
@@ -187,7 +189,7 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
             raise SystemExit(f"refusing to serve on {host}: anyone on the network could use it. "
                              "Add --auth user:password, or keep the default 127.0.0.1.")
         say(f"WARNING: serving on {host} — reachable from other machines; protect it (password, firewall).")
-    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1))
+    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1), gpu_layers=tuple(gpu_layers))
     startup_pair(state, pair_id)
     demo = build_app(state)
     demo.queue(default_concurrency_limit=4)

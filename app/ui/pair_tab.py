@@ -9,7 +9,7 @@ from typing import Optional
 
 import gradio as gr
 
-from app import paths
+from app import offload, paths
 from app.engine import limits
 from app.engine.backend import LoadOptions
 from app.engine.vocab import GGUF_TOKENIZER_MODELS, VocabInfo, check
@@ -20,6 +20,19 @@ from app.ui.state import AppState, backend_name
 
 NO_DRAFT = "(none: prompt lookup only)"
 CTX_CHOICES = [512, 1024, 2048, 4096, 8192, 16384, 32768]
+NGL_CHOICES = ["auto", "all", "0"]
+
+
+def load_offloaded(state: AppState, target, draft, want: tuple, n_ctx: int, n_threads: int = 0,
+                   pair_id: Optional[str] = None, progress=None, announce=lambda line: None) -> str:
+    """Load a pair with the GPU layers ``want`` asks for ((target, draft): a number or auto); returns the line
+    that says what was chosen (also given to ``announce`` before loading)."""
+    choice = offload.choose(target, draft, *want, ctx=n_ctx)
+    announce(choice.line)
+    topts, dopts = choice.options(LoadOptions(n_ctx=n_ctx, n_threads=n_threads))
+    state.load(target, draft, topts, dopts if draft else None, pair_id=pair_id, progress=progress)
+    state.gpu_layers, state.gpu_choice = tuple(want), choice
+    return choice.line
 
 
 def installed_models() -> dict[str, str]:
@@ -108,6 +121,9 @@ def info_html(state: AppState) -> str:
                                             f"weights {m['size_bytes'] / 2**20:.0f} MiB · GPU layers: {gpu}"))
         else:
             rows.append((role.capitalize(), "none"))
+    gpu = offload.gpu_report(state.pair.target, state.pair.draft, state.gpu_choice)
+    rows += [("GPU", gpu["decision"] or f"loaded with {state.target_options.n_gpu_layers} target layers asked")]
+    rows += [("Placed", line) for line in offload.report_lines(gpu)]
     body = "".join(f"<tr><td><b>{panel.esc(k)}</b></td><td>{panel.esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="tdm-pairinfo">{body}</table>'
 
@@ -135,10 +151,12 @@ def build(state: AppState):
     compat = gr.HTML(panel.status_html("Compatible: the loaded pair passed llama.cpp's vocabulary check.", "ok")
                      if loaded_ok else "", elem_id="tdm-verdict")
     with gr.Row():
-        t_ngl = gr.Number(value=state.target_options.n_gpu_layers, precision=0, label="Target GPU layers",
-                          info="-1 = all layers on the GPU; 0 = CPU only.")
-        d_ngl = gr.Number(value=(state.draft_options.n_gpu_layers if state.draft_options else -1), precision=0,
-                          label="Draft GPU layers", info="Defaults to full offload (-1).")
+        t_ngl = gr.Dropdown(choices=NGL_CHOICES, value=str(state.gpu_layers[0]), allow_custom_value=True,
+                            label="Target GPU layers", info="auto: as many as fit beside the draft (0 without a "
+                                                            "GPU); all; or a number.")
+        d_ngl = gr.Dropdown(choices=NGL_CHOICES, value=str(state.gpu_layers[1]), allow_custom_value=True,
+                            label="Draft GPU layers", info="auto: all of it when it fits (the draft goes first); "
+                                                           "all; or a number.")
         ctx = gr.Dropdown(choices=CTX_CHOICES, value=state.target_options.n_ctx or 4096, label="Context size",
                           allow_custom_value=True, info="Tokens of prompt + reply the pair can hold.")
         threads = gr.Number(value=state.target_options.n_threads, precision=0, label="Threads",
@@ -177,21 +195,18 @@ def build(state: AppState):
         try:
             n_ctx = limits.form_int("context size", n_ctx, "ctx")
             n_threads = limits.form_int("threads", n_threads or 0)
-            tngl = limits.form_int("target GPU layers", tngl or 0, "gpu_layers")
-            dngl = limits.form_int("draft GPU layers", -1 if dngl is None else dngl, "gpu_layers")
-            topts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=tngl, n_threads=n_threads)
-            dopts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=dngl, n_threads=n_threads) if dpath else None
+            want = (offload.layers_value(tngl), offload.layers_value(dngl))
             preset_id = next((pid for pid, tf, df in pairs.values()
                               if Path(tpath).name == tf and dpath and Path(dpath).name == df), None)
-            state.load(tpath, dpath, topts, dopts, pair_id=preset_id,
-                       progress=lambda f, d: progress(f, desc=d))
+            line = load_offloaded(state, tpath, dpath, want, int(n_ctx), int(n_threads or 0), preset_id,
+                                  progress=lambda f, d: progress(f, desc=d))
             progress(0.95, desc="warming up")
             warm_up(state)
         except Exception as exc:  # the previous pair stays loaded
             state.load_error = describe_error(exc)
             kept = " The previous pair is still loaded." if state.pair is not None else ""
             return panel.status_html(f"Could not load: {state.load_error}.{kept}", "error"), info_html(state)
-        return panel.status_html("Loaded.", "ok"), info_html(state)
+        return panel.status_html(f"Loaded. {line}", "ok"), info_html(state)
 
     preset.change(on_preset, [preset], [target, draft], api_visibility="private")
     target.change(on_choose, [target, draft], [compat], api_visibility="private")

@@ -36,6 +36,8 @@ class AppState:
     target_options: LoadOptions = field(default_factory=lambda: LoadOptions(n_ctx=4096, n_gpu_layers=-1))
     draft_options: Optional[LoadOptions] = None
     load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
+    gpu_layers: tuple = ("auto", "auto")  # (target, draft) as asked: a number of layers or "auto"
+    gpu_choice: Optional[Any] = None  # the offload.Choice the loaded pair was loaded with
     _stops: dict[str, threading.Event] = field(default_factory=dict)
     # called with (DoneEvent, GenConfig) after every generation the runner completes (e.g. the /metrics counters)
     observers: list[Callable[[Any, Any], None]] = field(default_factory=list)

@@ -1,0 +1,186 @@
+"""GPU layers for the command lines and the app.
+
+``--gpu-layers N|all|auto`` and ``--draft-gpu-layers N|all|auto`` (llama.cpp's ``-ngl`` / ``-ngld``) on every
+command that loads a pair (:func:`add_gpu_args`); ``auto``, the default, takes the fit estimate of
+``app/models/fit.py`` for the two files on this machine (the draft on the GPU first, then as many target layers
+as fit; no GPU: 0) and says so in one line (:func:`choose`). After loading, :func:`gpu_report` puts what
+llama.cpp actually placed (``Model.placement``) next to that estimate: the ``gpu`` block of the bench JSON,
+``models fit --place`` and Pair settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from app.engine import limits
+from app.engine.backend import LoadOptions, Model, active_backend, gpu_offload_supported
+from app.models import fit
+from app.models.fit import Machine
+
+AUTO = "auto"
+Want = Union[int, str]  # a number of layers (-1 = all) or "auto"
+
+
+def layers_value(text: Any) -> Want:
+    """``auto``, ``all`` (-1) or a number of layers >= 0 (-1 also means all)."""
+    t = str(text).strip().lower()
+    if t == AUTO:
+        return AUTO
+    if t == "all":
+        return -1
+    try:
+        n = int(t)
+    except ValueError:
+        raise ValueError(f"GPU layers must be a number of layers, 'all' or 'auto'; not {text!r}") from None
+    if n < -1:
+        raise ValueError(f"GPU layers must be 0 or more (-1 or 'all': every layer); not {n}")
+    limits.check("gpu_layers", n)
+    return n
+
+
+def _arg(text: str) -> Want:
+    try:
+        return layers_value(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_gpu_args(parser: argparse.ArgumentParser) -> None:
+    """``--gpu-layers/-ngl`` and ``--draft-gpu-layers/-ngld``, both ``auto`` by default (for any command that
+    loads a pair: bench, tune, ui, serve)."""
+    parser.add_argument("--gpu-layers", "-ngl", type=_arg, default=AUTO, metavar="N|all|auto",
+                        help="target layers on the GPU (default auto: as many as the fit estimate says fit "
+                             "beside the draft; 0 without a GPU)")
+    parser.add_argument("--draft-gpu-layers", "-ngld", type=_arg, default=AUTO, metavar="N|all|auto",
+                        help="draft layers on the GPU (default auto: all of them when they fit; the draft goes "
+                             "on the GPU first)")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The GPU layers to load a pair with, why, and the estimate behind them."""
+
+    want_target: Want
+    want_draft: Want
+    target_layers: int  # what llama.cpp is given (-1 = all)
+    draft_layers: int
+    estimate: Optional[fit.Offload]  # None when a header could not be read
+    device: Optional[str]  # the GPU(s) the estimate planned for
+    line: str
+
+    def options(self, base: LoadOptions) -> tuple[LoadOptions, LoadOptions]:
+        """(target, draft) load options: ``base`` with each model's GPU layers."""
+        return replace(base, n_gpu_layers=self.target_layers), replace(base, n_gpu_layers=self.draft_layers)
+
+
+def _shape(path: Path, ctx: int) -> tuple[Optional[fit.ModelShape], int, str]:
+    """(shape, the context llama.cpp will use, why there is no shape)."""
+    from app.models import advice, meta
+    from app.models.ggufheader import GGUFError
+
+    try:
+        m = meta.read(path)[0]
+    except GGUFError as exc:
+        return None, ctx, str(exc)
+    return advice.shape_from_meta(path.name, m), min(ctx, m.context_length) if m.context_length else ctx, ""
+
+
+def choose(target: Union[str, Path], draft: Optional[Union[str, Path]], want_target: Want = AUTO,
+           want_draft: Want = AUTO, ctx: int = 4096, n_batch: int = 512, machine: Optional[Machine] = None,
+           can_offload: Optional[bool] = None) -> Choice:
+    """GPU layers for ``target`` and ``draft`` (None: no draft) on ``machine`` (default: this one)."""
+    from app.models import hardware
+
+    machine = machine or hardware.detect()
+    can_offload = gpu_offload_supported() if can_offload is None else can_offload
+    note = ""
+    if machine.gpus and not can_offload:
+        note = (" (a GPU is present but this llama.cpp build cannot offload: reinstall with TANDEM_BACKEND=cuda "
+                "or metal to use it)")
+        machine = replace(machine, gpus=())
+    device = ", ".join(g.name + (f" ({g.description})" if g.description else "") for g in machine.gpus) or None
+    t_shape, t_ctx, why = _shape(Path(target), ctx or 4096)
+    d_shape, d_ctx, d_why = _shape(Path(draft), t_ctx) if draft is not None else (None, t_ctx, "")
+    if t_shape is None or (draft is not None and d_shape is None):
+        def blind(want: Want) -> int:  # no estimate: llama.cpp's classic "everything" when there is a GPU
+            return (-1 if machine.gpus else 0) if want == AUTO else int(want)
+
+        return Choice(want_target, want_draft, blind(want_target), blind(want_draft), None, device,
+                      f"GPU layers: target {_n(blind(want_target))}, draft {_n(blind(want_draft))} without an "
+                      f"estimate ({why or d_why}){note}")
+    est = fit.choose_layers(t_shape, d_shape, machine, fit.Settings(ctx=t_ctx, ctx_draft=d_ctx, n_ubatch=n_batch),
+                            want_target, want_draft)
+    parts = [f"target {est.target_layers}/{est.target_units} ({_how(want_target)})"]
+    if draft is not None:
+        parts.insert(0, f"draft {est.draft_layers}/{est.draft_units} ({_how(want_draft)})")
+    where = (f" on {device}: estimated {fit.gib(est.gpu_bytes)} of {fit.gib(est.budget)} usable" if machine.gpus
+             else " — no GPU, everything on the CPU")
+    return Choice(want_target, want_draft, est.target_layers, est.draft_layers, est, device,
+                  f"GPU layers: {', '.join(parts)}{where}{note}")
+
+
+def _how(want: Want) -> str:
+    return "auto" if want == AUTO else "given"
+
+
+def _n(layers: int) -> str:
+    return "all" if layers < 0 else str(layers)
+
+
+def gpu_report(target: Model, draft: Optional[Model], choice: Optional[Choice]) -> dict[str, Any]:
+    """What llama.cpp placed (layers on the GPU, bytes per device) next to the estimate: the bench JSON's
+    ``gpu`` block."""
+    est = choice.estimate if choice else None
+
+    def side(model: Model, role: str) -> dict[str, Any]:
+        p = model.placement()
+        parts = getattr(est, role, None) if est else None
+        return {"file": model.path.name, "requested": getattr(choice, f"want_{role}", None),
+                "layers": model.options.n_gpu_layers, "layers_placed": p.layers_gpu, "layers_total": p.layers_total,
+                "estimated_gpu_bytes": getattr(est, f"{role}_gpu_bytes", None) if est else None,
+                "estimated_bytes": parts.total if parts else None,
+                "used_gpu_bytes": p.gpu_bytes, "used_bytes": p.by_device()}
+
+    sides = {"target": side(target, "target"), "draft": side(draft, "draft") if draft is not None else None}
+    models = [s for s in sides.values() if s]
+    return {"backend": active_backend(), "device": choice.device if choice else None,
+            "decision": choice.line if choice else None, **sides,
+            "estimated_gpu_bytes": est.gpu_bytes if est else None,
+            "used_gpu_bytes": sum(s["used_gpu_bytes"] for s in models)}
+
+
+def _mib(n: Optional[int]) -> str:
+    return "?" if n is None else f"{n / 2**20:.0f} MiB"
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """One line per model: placed vs planned layers, GPU bytes used vs estimated, bytes per device."""
+    lines = []
+    for role in ("target", "draft"):
+        s = report.get(role)
+        if not s:
+            continue
+        devices = ", ".join(f"{dev} {_mib(n)}" for dev, n in s["used_bytes"].items()) or "none reported"
+        lines.append(f"{role} {s['file']}: {s['layers_placed']}/{s['layers_total']} layers placed on the GPU "
+                     f"(asked {_n(s['layers'])}); GPU {_mib(s['used_gpu_bytes'])} used vs "
+                     f"{_mib(s['estimated_gpu_bytes'])} estimated; all buffers: {devices} "
+                     f"(estimated {_mib(s['estimated_bytes'])} in all)")
+    return lines
+
+
+def load_pair(target: Union[str, Path], draft: Optional[Union[str, Path]], args: argparse.Namespace, tag: str):
+    """For the command lines: choose the GPU layers from ``args`` (``gpu_layers``, ``draft_gpu_layers``,
+    ``ctx``, ``threads``), say so, load the pair and say what was placed. Returns (pair, gpu report)."""
+    from app.engine.pair import Pair
+
+    choice = choose(target, draft, args.gpu_layers, args.draft_gpu_layers, args.ctx)
+    print(f"[{tag}] {choice.line}", flush=True)
+    topts, dopts = choice.options(LoadOptions(n_ctx=args.ctx, n_threads=args.threads))
+    pair = Pair.load(target, draft, topts, dopts if draft is not None else None)
+    report = gpu_report(pair.target, pair.draft, choice)
+    for line in report_lines(report):
+        print(f"[{tag}] {line}", flush=True)
+    return pair, report
