@@ -111,6 +111,17 @@ def info_html(state: AppState) -> str:
     return f'<table class="tdm-pairinfo">{body}</table>'
 
 
+def context_size(value) -> int:
+    """The context size typed or chosen, as tokens; a clear error for anything else."""
+    try:
+        n = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise ValueError(f"the context size must be a whole number of tokens, e.g. 4096, not {value!r}") from None
+    if n < 256:
+        raise ValueError(f"the context size must be at least 256 tokens, not {n}")
+    return n
+
+
 def _label_for(path: Optional[str], models: dict[str, str]) -> Optional[str]:
     if not path:
         return None
@@ -174,7 +185,7 @@ def build(state: AppState):
         if not tpath:
             return panel.status_html("Choose a target model.", "error"), info_html(state)
         try:
-            n_ctx = int(n_ctx)
+            n_ctx = context_size(n_ctx)
             topts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=int(tngl or 0), n_threads=int(n_threads or 0))
             dopts = LoadOptions(n_ctx=n_ctx, n_gpu_layers=int(-1 if dngl is None else dngl),
                                 n_threads=int(n_threads or 0)) if dpath else None
@@ -195,5 +206,6 @@ def build(state: AppState):
     draft.change(on_choose, [target, draft], [compat], api_visibility="private")
     refresh.click(on_refresh, None, [target, draft], api_visibility="private")
     loaded = load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads], [status, info],
-                   api_visibility="private", concurrency_id="load", concurrency_limit=1)
+                            api_visibility="private", concurrency_id="load", concurrency_limit=1,
+                            show_progress_on=[status])
     return info, loaded

@@ -35,6 +35,7 @@ class AppState:
     target_options: LoadOptions = field(default_factory=lambda: LoadOptions(n_ctx=4096, n_gpu_layers=-1))
     draft_options: Optional[LoadOptions] = None
     load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
+    recent: dict[str, Any] = field(default_factory=dict)  # latest Compare per pair+settings (app/ui/speedup.py)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
     _switch_lock: threading.Lock = field(default_factory=threading.Lock)
 
