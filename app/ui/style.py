@@ -95,8 +95,8 @@ PANEL_CSS = """
 .tdm-svg-axis{stroke:#94a3b8}.tdm-svg-label{font-size:9px;fill:var(--body-text-color-subdued)}
 .tdm-table{font-size:12px;border-collapse:collapse;margin-top:6px}
 .tdm-table,.tdm-pairinfo{border:none!important;border-collapse:collapse}
-.tdm-table td,.tdm-table th{padding:2px 8px;border:none!important;border-bottom:1px solid var(--border-color-primary)!important;
-  text-align:left}
+.tdm-table td,.tdm-table th{padding:2px 8px;border:none!important;
+  border-bottom:1px solid var(--border-color-primary)!important;text-align:left}
 .tdm-pairinfo td,.tdm-pairinfo tr,.tdm-table tr{border:none!important;background:transparent!important}
 .tdm-pairinfo td{padding:2px 10px 2px 0;font-size:13px}
 .tdm-glossary dt{font-weight:600;margin-top:6px}.tdm-glossary dd{margin:0 0 0 2px;font-size:13px}
@@ -105,7 +105,8 @@ PANEL_CSS = """
 RACE_CSS = """
 .tdm-race{display:grid;grid-template-columns:1fr 1fr;gap:12px}
 @media (max-width:700px){.tdm-race{grid-template-columns:1fr}}
-.tdm-lane{border:1px solid var(--border-color-primary);border-radius:8px;padding:8px;background:var(--background-fill-secondary)}
+.tdm-lane{border:1px solid var(--border-color-primary);border-radius:8px;padding:8px;
+  background:var(--background-fill-secondary)}
 .tdm-lane-head{display:flex;justify-content:space-between;gap:8px;font-size:13px;margin-bottom:4px}
 .tdm-track{height:6px;border-radius:3px;background:var(--border-color-primary);overflow:hidden;margin:4px 0 6px}
 .tdm-track-fill{height:100%;width:0;background:var(--color-accent);animation:tdm-grow linear forwards}
