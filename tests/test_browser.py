@@ -171,7 +171,11 @@ def test_stop_ends_a_long_generation(page):
     page.wait_for_function("document.querySelectorAll('#tdm-chatbot .tdm-tok').length >= 8")
     shot(page, "chat-streaming")
     page.click("#tdm-stop")
-    page.wait_for_selector("#tdm-chat-status .tdm-status-ok")
+    try:
+        page.wait_for_selector("#tdm-chat-status .tdm-status-ok", timeout=20000)
+    except Exception:
+        shot(page, "debug-stop")
+        raise AssertionError(page.inner_text("#tdm-chat-status"))
     assert "Stopped" in page.inner_text("#tdm-chat-status")
     n = page.locator("#tdm-chatbot .tdm-tok").count()
     assert 0 < n < 2048

@@ -121,9 +121,12 @@ def test_the_queue_never_drops_a_message():
     assert q.push("s", "second", ()) is True  # sent mid-reply: waits behind it
     assert q.queued("s") == ["second"] and q.next(claim) == ("second", ())
     assert q.next(claim) is None and not q.active("s")  # released atomically with the empty check
+    q.set_history("s", [{"role": "user", "content": "first"}])
+    assert q.history("s") == [{"role": "user", "content": "first"}]  # kept here, not in an event's inputs
     q.push("s", "third", ())
     claim = q.claim("s")
     q.clear("s")  # Clear: the loop notices, drops its reply, and carries on from an empty chat
+    assert q.history("s") == []
     assert q.stale(claim)
     q.push("s", "fourth", ())
     assert q.next(claim) == ("fourth", ()) and claim.cleared
@@ -205,3 +208,20 @@ def test_make_it_faster_sweeps_and_applies_without_saving(smol_pair, smol_paths,
     assert ("K = 2" in message) == settings["speculative"]
     assert load_tuned("demo-smollm2") is None and any("quick sweep" in s for s in steps)
     assert not state.generation_lock.locked()
+
+
+def test_typed_sizes_get_clear_messages_and_zero_gpu_means_none():
+    from app.ui.models_tab import NO_GPU, _gib, _speed
+    from app.ui.pair_tab import context_size
+
+    assert context_size(" 8192 ") == 8192
+    with pytest.raises(ValueError, match="whole number of tokens"):
+        context_size("abc")
+    assert _gib("detected", "GPU memory") is None and _gib(NO_GPU, "GPU memory") == 0.0
+    assert _gib(0, "GPU memory") == 0.0 and _gib("12", "GPU memory") == 12.0
+    with pytest.raises(ValueError, match="GiB"):
+        _gib("lots", "RAM")
+    ref = (40.0, 500, False)  # 40 tok/s measured on CPU for a 500-byte target
+    assert _speed({"fit": "cpu", "target_weights": 5000}, ref) == pytest.approx(4.0)
+    assert _speed({"fit": "gpu", "target_weights": 5000}, ref) is None  # not the same kind of device
+    assert _speed({"fit": "cpu", "target_weights": 5000}, None) is None

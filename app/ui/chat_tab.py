@@ -86,8 +86,7 @@ class ChatView:
 
 
 def build(state: AppState) -> ChatView:
-    sessions = Sessions()
-    history = gr.State([])  # messages [{"role", "content"} + for replies "html", "line"] (content unescaped)
+    sessions = Sessions()  # per browser session: the conversation and its queued messages
     last = gr.State({})  # the latest reply: summary, speculative, messages, resolved, at, plain
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
@@ -113,9 +112,10 @@ def build(state: AppState) -> ChatView:
                 gr.HTML(panel.glossary_html())
             ctrl = controls.build(state, "chat")
 
-    # --- handlers ------------------------------------------------------------------------------------------
+    # --- handlers (the conversation lives in ``sessions``: messages {"role", "content"}, replies also "html"
+    # and "line"; content unescaped) ----------------------------------------------------------------------
 
-    def push_user(request: gr.Request, message: str, hist: list, *values):
+    def push_user(request: gr.Request, message: str, *values):
         if not message or not message.strip():
             return gr.update(), gr.update(), panel.status_html("Type a message first.", "info")
         key = session_key(request)
@@ -123,96 +123,102 @@ def build(state: AppState) -> ChatView:
             return "", gr.update(), panel.status_html(QUEUED, "wait")
         state.stop_event(key)  # armed now: a Stop before the reply starts still counts
         note_ = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
-        return "", display(hist, queued=sessions.queued(key)), note_
+        return "", display(sessions.history(key), queued=sessions.queued(key)), note_
 
-    def regenerate(request: gr.Request, hist: list, *values):
+    def regenerate(request: gr.Request, *values):
         key = session_key(request)
         if sessions.active(key):
-            return hist, gr.update(), panel.status_html("Wait for the reply to finish (or Stop it) first.", "info")
+            return gr.update(), panel.status_html("Wait for the reply to finish (or Stop it) first.", "info")
+        hist = sessions.history(key)
         if hist and hist[-1]["role"] == "assistant":
             hist = hist[:-1]
         if not hist or hist[-1]["role"] != "user":
-            return hist, display(hist), panel.status_html("Nothing to regenerate yet.", "info")
+            return display(hist), panel.status_html("Nothing to regenerate yet.", "info")
         state.stop_event(key)
+        sessions.set_history(key, hist[:-1])
         sessions.push(key, hist[-1]["content"], values, front=True)
-        return hist[:-1], display(hist[:-1], queued=sessions.queued(key)), ""
+        return display(hist[:-1], queued=sessions.queued(key)), ""
 
-    def respond(request: gr.Request, hist: list, last_run: dict):
+    def respond(request: gr.Request):
         """The session's reply loop: answers queued messages in order; outputs conversation, counters,
-        status, history, last reply, input box."""
+        status, last reply, input box."""
         key = session_key(request)
         claim = sessions.claim(key)
         if claim is None:  # a loop runs already (it takes the new message next) or nothing is queued
-            yield (gr.update(),) * 6
+            yield (gr.update(),) * 5
             return
         try:
             while (item := sessions.next(claim)) is not None:
-                if claim.cleared:
-                    hist, last_run = [], {}
-                outcome = yield from answer(claim, hist, item)
+                outcome = yield from answer(claim, sessions.history(key), item)
                 if outcome is None:  # cleared meanwhile: drop this reply, carry on from the empty conversation
                     continue
-                hist, last_run, stopped = outcome
-                if stopped:
-                    back = sessions.give_back(claim)
-                    if back:
-                        yield (display(hist), gr.update(),
-                               panel.status_html("Stopped. Your queued message is back in the box.", "ok"),
-                               hist, last_run, "\n\n".join(back))
+                stopped, last_run, failed = outcome
+                if stopped:  # Stop or an error: what is still queued goes back into the input box
+                    queued = sessions.give_back(claim)
+                    if queued:
+                        note = gr.update() if failed else panel.status_html(
+                            "Stopped. Your queued message is back in the box.", "ok")
+                        yield gr.update(), gr.update(), note, last_run, "\n\n".join([failed] * bool(failed) + queued)
                     return
         finally:
             sessions.release(claim)
 
     def answer(claim, hist: list, item: tuple):
-        """Stream one reply (a sub-generator of ``respond``); returns (history, last, stopped) or None."""
+        """Stream one reply (a sub-generator of ``respond``); returns (stopped, last reply, the text of a turn
+        that failed), or None when Clear was pressed meanwhile. A failed turn is dropped, its text given back."""
         text, values = item
         key, keep = claim.key, gr.update()
-        hist = hist + [{"role": "user", "content": text}]
+
+        def fail(message: str):
+            sessions.set_history(key, hist)
+            return display(hist), keep, panel.status_html(message, "error"), keep, text
+
+        asked = hist + [{"role": "user", "content": text}]
         try:
             resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
         except S.SettingsError as exc:
-            yield display(hist[:-1]), keep, panel.status_html(str(exc), "error"), hist[:-1], keep, text
-            return hist[:-1], {}, True
-        messages = api.build_messages(plain_messages(hist[:-1]), text, resolved["system"])
+            yield fail(str(exc))
+            return True, {}, text
+        messages = api.build_messages(plain_messages(hist), text, resolved["system"])
         spec, live, shown_at, cost = resolved["speculative"], None, 0.0, 0.0
         try:
             for status, live in api.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
                 if sessions.stale(claim):
                     return None
                 if status == "waiting":
-                    yield display(hist), keep, panel.status_html(WAITING, "wait"), hist, keep, keep
+                    yield display(asked), keep, panel.status_html(WAITING, "wait"), keep, keep
                     continue
                 if live.error or (status != "done" and time.perf_counter() - shown_at < max(0.1, 6 * cost)):
                     continue  # big replies render less often, so rendering never competes with decoding
                 t0 = time.perf_counter()
+                queued = sessions.queued(key)
                 streaming = {"role": "assistant", "tokens": reply.compact(live.tokens, live.draft_texts),
                              "streaming": status != "done"}
-                queued = sessions.queued(key)
-                view = display(hist, streaming, queued)
+                view = display(asked, streaming, queued)
                 snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved}
                 shown_at, cost = time.perf_counter(), time.perf_counter() - t0
                 waiting = f" · {len(queued)} message{'s' * (len(queued) > 1)} queued" if queued else ""
                 yield (view, reply_counters(state, snapshot)[0],
-                       panel.status_html(f"Generating… (Stop ends it within one step){waiting}", "info"), hist,
-                       keep, keep)
+                       panel.status_html(f"Generating… (Stop ends it within one step){waiting}", "info"), keep, keep)
         except Exception as exc:  # never let a bad input take the tab down
-            yield display(hist[:-1]), keep, panel.status_html(describe_error(exc), "error"), hist[:-1], keep, text
-            return hist[:-1], {}, True
+            yield fail(describe_error(exc))
+            return True, {}, text
         if live is None or sessions.stale(claim):
             return None
-        if live.error:  # e.g. the prompt is past the context: drop the turn, give the text back
-            yield display(hist[:-1]), keep, panel.status_html(live.error, "error"), hist[:-1], keep, text
-            return hist[:-1], {}, True
-        toks = reply.compact(live.tokens, live.draft_texts)
+        if live.error:  # e.g. the prompt is past the context
+            yield fail(live.error)
+            return True, {}, text
         last_run = {"summary": live.summary(), "speculative": spec, "messages": messages, "resolved": resolved,
                     "at": time.time(), "plain": None}
         counters_view, claim_ = reply_counters(state, last_run)
-        hist = hist + [{"role": "assistant", "content": live.text, "html": reply.render(toks),
-                        "line": line_for(last_run, claim_)}]
+        toks = reply.compact(live.tokens, live.draft_texts)
+        hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks),
+                         "line": line_for(last_run, claim_)}]
+        sessions.set_history(key, hist)
         reason = live.done.reason if live.done else "stopped"
         done = panel.status_html(f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens", "ok")
-        yield display(hist, queued=sessions.queued(key)), counters_view, done, hist, last_run, keep
-        return hist, last_run, reason == "stopped"
+        yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep
+        return reason == "stopped", last_run, None
 
     def do_stop(request: gr.Request):
         stopped = state.request_stop(session_key(request))
@@ -222,33 +228,32 @@ def build(state: AppState) -> ChatView:
         key = session_key(request)
         sessions.clear(key)
         state.request_stop(key)
-        return display([]), [], idle_counters(state), "", {}, ""
+        return display([]), idle_counters(state), "", {}, ""
 
-    def do_measure(request: gr.Request, hist: list, last_run: dict):
+    def do_measure(request: gr.Request, last_run: dict):
         from app.ui.baseline import measure_baseline, measure_plain
 
-        if sessions.active(session_key(request)):
-            return gr.update(), gr.update(), panel.status_html("Wait for the reply to finish first.", "info"), \
-                gr.update(), gr.update()
+        key, keep = session_key(request), gr.update()
+        if sessions.active(key):
+            return keep, keep, panel.status_html("Wait for the reply to finish first.", "info"), keep
         if state.pair is None:
-            return gr.update(), gr.update(), panel.status_html("Load a pair first (Pair settings).", "error"), \
-                gr.update(), gr.update()
+            return keep, keep, panel.status_html("Load a pair first (Pair settings).", "error"), keep
         try:
             if not last_run.get("messages"):
                 b = measure_baseline(state)
                 msg = f"Plain decoding: {b['tps']:.1f} tok/s on this pair and machine (stored for later)."
-                return gr.update(), idle_counters(state), panel.status_html(msg, "ok"), gr.update(), gr.update()
-            n = last_run["summary"].get("tokens") or 1
-            b = measure_plain(state, last_run["messages"], last_run["resolved"], n)
+                return keep, idle_counters(state), panel.status_html(msg, "ok"), keep
+            b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].get("tokens") or 1)
         except Exception as exc:
-            return gr.update(), gr.update(), panel.status_html(describe_error(exc), "error"), gr.update(), \
-                gr.update()
+            return keep, keep, panel.status_html(describe_error(exc), "error"), keep
         last_run = dict(last_run, plain={"tps": b["tps"], "at": time.time(), "reply_at": last_run["at"]})
         view, claim_ = reply_counters(state, last_run)
+        hist = sessions.history(key)
         if hist and hist[-1]["role"] == "assistant":
-            hist = hist[:-1] + [dict(hist[-1], line=line_for(last_run, claim_))]
+            hist[-1] = dict(hist[-1], line=line_for(last_run, claim_))
+            sessions.set_history(key, hist)
         msg = f"Plain decoding of the same prompt: {b['tps']:.1f} tok/s ({b['tokens']} tokens), just now."
-        return display(hist), view, panel.status_html(msg, "ok"), hist, last_run
+        return display(hist), view, panel.status_html(msg, "ok"), last_run
 
     def do_faster(progress=gr.Progress()):
         from app.ui.faster import make_faster
@@ -260,19 +265,17 @@ def build(state: AppState) -> ChatView:
                     *[gr.update()] * len(ctrl.components))
         return panel.status_html(message, "ok"), *ctrl.apply(settings)
 
-    outputs = [conversation, counters, status, history, last, box]
+    private = dict(api_visibility="private")
+    reply_loop = dict(fn=respond, inputs=None, outputs=[conversation, counters, status, last, box],
+                      show_progress="hidden", trigger_mode="multiple", **private, **GEN)
     for trigger in (send.click, box.submit):
-        trigger(push_user, [box, history, *ctrl.components], [box, conversation, status], queue=False,
-                api_visibility="private").then(respond, [history, last], outputs, api_visibility="private",
-                                               show_progress="hidden", trigger_mode="multiple", **GEN)
-    regen.click(regenerate, [history, *ctrl.components], [history, conversation, status], queue=False,
-                api_visibility="private").then(respond, [history, last], outputs, api_visibility="private",
-                                               show_progress="hidden", trigger_mode="multiple", **GEN)
-    stop.click(do_stop, None, [status], queue=False, api_visibility="private")
-    clear.click(do_clear, None, [conversation, history, counters, status, last, note], queue=False,
-                api_visibility="private")
+        trigger(push_user, [box, *ctrl.components], [box, conversation, status], queue=False, **private) \
+            .then(**reply_loop)
+    regen.click(regenerate, ctrl.components, [conversation, status], queue=False, **private).then(**reply_loop)
+    stop.click(do_stop, None, [status], queue=False, **private)
+    clear.click(do_clear, None, [conversation, counters, status, last, note], queue=False, **private)
     colour.change(None, [colour], None, js="(on) => { document.body.classList.toggle('tdm-nocolour', !on); }")
-    measure.click(do_measure, [history, last], [conversation, counters, note, history, last],
-                  api_visibility="private", show_progress="minimal", show_progress_on=[note], **GEN)
-    faster.click(do_faster, None, [note, *ctrl.components], api_visibility="private", show_progress_on=[note], **GEN)
+    measure.click(do_measure, [last], [conversation, counters, note, last], show_progress="minimal",
+                  show_progress_on=[note], **private, **GEN)
+    faster.click(do_faster, None, [note, *ctrl.components], show_progress_on=[note], **private, **GEN)
     return ChatView(ctrl, counters)

@@ -1,8 +1,10 @@
-"""Chat messages waiting for their turn, per browser session, so a message sent mid-reply is never lost.
+"""Each browser session's conversation and the messages waiting for their turn, so a message sent mid-reply
+is never lost.
 
 Send always appends to the session's queue. One reply loop per session (``claim``) answers the queue in
-order; a message sent while it runs is picked up when the current reply ends. Clear bumps the session's
-epoch: the loop drops the reply in progress and carries on from an empty conversation.
+order; a message sent while it runs is picked up when the current reply ends. The conversation lives here, not
+in an event's inputs, so a reply loop started later never works from an older copy of it. Clear bumps the
+session's epoch: the loop drops the reply in progress and carries on from an empty conversation.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
+MAX_SESSIONS = 256  # idle conversations beyond this many are forgotten, oldest first
+
+
 @dataclass
 class _Session:
     pending: list = field(default_factory=list)  # (text, control values)
+    history: list = field(default_factory=list)  # the conversation's messages
     owner: Optional[object] = None  # the running loop's claim
     epoch: int = 0
 
@@ -32,7 +38,20 @@ class Sessions:
         self._by_key: dict[str, _Session] = {}
 
     def _get(self, key: str) -> _Session:
-        return self._by_key.setdefault(key, _Session())
+        s = self._by_key.pop(key, None) or _Session()
+        self._by_key[key] = s  # most recently used last
+        for old in [k for k, v in self._by_key.items() if v.owner is None and not v.pending][
+                   :max(len(self._by_key) - MAX_SESSIONS, 0)]:
+            del self._by_key[old]
+        return s
+
+    def history(self, key: str) -> list:
+        with self._lock:
+            return list(self._get(key).history)
+
+    def set_history(self, key: str, messages: list) -> None:
+        with self._lock:
+            self._get(key).history = list(messages)
 
     def push(self, key: str, text: str, values: Any, front: bool = False) -> bool:
         """Queue a message; True when a reply loop is running (the message waits behind it)."""
@@ -96,4 +115,5 @@ class Sessions:
         with self._lock:
             s = self._get(key)
             s.pending.clear()
+            s.history = []
             s.epoch += 1
