@@ -108,7 +108,7 @@ def _sweep(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, on_sigint)
         try:
             result = run_lab(pair, cfg, entry.id, progress=_progress, cancel=cancel,
-                             command=reproduce_command(sys.argv), store_tuned=not args.no_save)
+                             command=reproduce_command(sys.argv), store_tuned=not (args.no_save or args.quick))
         finally:
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGINT, previous)
@@ -129,6 +129,8 @@ def _sweep(args: argparse.Namespace) -> int:
               "stored as partial; defaults unchanged")
     elif result.get("tuned"):
         print(f"[tune] saved as this machine's defaults for {entry.id} (Chat and Compare)")
+    elif args.quick:
+        print("[tune] a quick sweep does not change this machine's defaults; run without --quick to save them")
     files = result["files"]
     print(f"[tune] history run #{result['run_id']}; plots {Path(files['speedup_vs_k']).parent}/*.png, "
           f"CSV {files['csv']}, report {files['report']}")

@@ -30,7 +30,8 @@ def tab_app(smol_pair, smol_paths, tmp_path, monkeypatch):
                      draft_path=str(smol_paths[1]))
     with gr.Blocks(analytics_enabled=False) as demo:
         with gr.Tab("Benchmark"):
-            bench_tab.build(state)
+            applied = bench_tab.build(state)
+    assert applied is not None  # the app chains "Use this" to the open Chat through it
     port = _free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
@@ -53,7 +54,7 @@ def test_tune_endpoint_end_to_end(tab_app, smol_paths):
     assert (result["best"]["draft"], result["best"]["k"]) == (best["draft"], best["k"])
     assert all(Path(result["files"][n]).is_file() for n in ("csv", "speedup_vs_k", "report"))
     assert History().get(result["run_id"])["status"] == "complete"
-    assert load_tuned("demo-smollm2")["k"] == best["k"]
+    assert load_tuned("demo-smollm2") is None  # a quick sweep leaves the saved defaults alone
     assert not state.generation_lock.locked()  # the sweep gave the pair back
 
     # what the tab shows after the run, and its "Use this" button
@@ -62,8 +63,10 @@ def test_tune_endpoint_end_to_end(tab_app, smol_paths):
     shown = bench_tab.render_result(result, History())
     assert shown[1].startswith(f"Run #{result['run_id']}") and all(img is not None for img in shown[4:7])
     assert len(shown[7]) == 2 and shown[8][0][0] == result["run_id"]
+    assert "does not change the saved defaults" in shown[1]
     note = bench_tab.apply_recommendation(state, result, "code")
-    assert "now default to" in note and state.defaults["k"] == result["recommendations"]["code"]["k"]
+    assert "now use" in note and state.defaults["k"] == result["recommendations"]["code"]["k"]
+    assert load_tuned("demo-smollm2")["k"] == result["recommendations"]["code"]["k"]  # "Use this" saves
     assert Path(state.pair.draft.path) == Path(smol_paths[1])
 
     with pytest.raises(Exception, match="K"):  # a bad K is refused with a message, nothing runs

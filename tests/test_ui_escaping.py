@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
-from app.ui import api, chat_tab, panel
+from app.ui import api, chat_tab, panel, reply
 from app.ui.settings import resolve
 from app.ui.state import AppState
 
@@ -55,6 +55,10 @@ class FakePair:
                         tokens=tuple(range(100, 100 + len(pieces(PAYLOAD)))))
 
 
+def streamed_tokens() -> list:
+    return [TokenEvent(token=100 + i, text=t, kind="accepted", step=i) for i, t in enumerate(pieces(PAYLOAD))]
+
+
 def streamed_html() -> tuple[str, str]:
     state = AppState(pair=FakePair())
     settings = resolve({"temperature": 0, "max_tokens": 64})
@@ -62,23 +66,33 @@ def streamed_html() -> tuple[str, str]:
     for _, live in api.chat_stream(state, [{"role": "user", "content": "x"}], settings, threading.Event()):
         pass
     assert live.text == PAYLOAD
-    return panel.tokens_html(live.tokens), panel.counters_html(live.summary(), True, None)
+    return reply.render(reply.compact(live.tokens)), panel.counters_html(live.summary(), True, None)
 
 
-def test_streamed_tokens_are_escaped_in_the_panel():
+def test_streamed_tokens_are_escaped_in_the_reply():
     html, _ = streamed_html()
     assert "<script" not in html.lower() and "<img" not in html.lower()
-    assert htmllib.unescape(re.sub(r"<[^>]+>", "", html)) == PAYLOAD  # all of it, as text
+    assert htmllib.unescape(re.sub(r"<[^>]+>", "", html)).strip() == PAYLOAD  # all of it, as text
+    spans = reply.spans_html(reply.compact(streamed_tokens()))
+    assert "<script" not in spans.lower() and htmllib.unescape(re.sub(r"<[^>]+>", "", spans)) == PAYLOAD
 
 
-def test_hover_titles_and_chat_messages_are_escaped():
-    tok = TokenEvent(token=1, text='"><b onmouseover=alert(1)>', kind='accepted"><script>', step=0)
-    html = panel.tokens_html([tok])
-    assert "<b " not in html and "<script>" not in html
-    shown = chat_tab.display([{"role": "user", "content": PAYLOAD}, {"role": "assistant", "content": PAYLOAD}])
-    assert all("<" not in m["content"] for m in shown)
+def test_attributes_and_chat_messages_are_escaped():
+    tok = TokenEvent(token=1, text='"><b onmouseover=alert(1)>', kind='corrected"><script>', step=0, index=0)
+    for html in (reply.render(reply.compact([tok], {0: '"><i onclick=x>'})),
+                 reply.spans_html(reply.compact([tok], {0: '"><i onclick=x>'}))):
+        assert "<b " not in html and "<script>" not in html and "<i " not in html
+    shown = chat_tab.display([{"role": "user", "content": PAYLOAD}, {"role": "assistant", "content": PAYLOAD}],
+                             queued=[PAYLOAD])
+    assert "<script" not in shown.lower() and "<img" not in shown.lower()
+    assert shown.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 3
     history = panel.history_html([{"prompt": PAYLOAD, "speedup": 1.0}])
     assert "<script" not in history and "<img" not in history
+
+
+def test_markdown_links_cannot_run_script():
+    html = reply.render([{"t": "[x](javascript:alert(1)) ![i](x.png) <b>y</b>", "k": "accepted", "s": 0}])
+    assert 'href="javascript' not in html and "<img" not in html and "<b>" not in html
 
 
 def test_payload_renders_as_text_in_a_browser():
@@ -95,10 +109,13 @@ def test_payload_renders_as_text_in_a_browser():
         page = browser.new_page()
         dialogs = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.set_content(f"<html><body><style>{panel.CSS}</style>{panel.legend_html()}{html}{counters}</body></html>")
+        page.set_content(f"<html><head>{panel.HEAD}</head><body><style>{panel.CSS}</style>{panel.legend_html()}"
+                         f'<div class="tdm-conv">{html}</div>{counters}</body></html>')
+        page.click(".tdm-conv .tdm-corrected")  # the inspector builds its text with textContent only
         page.wait_for_timeout(300)  # give an injected handler the chance to fire (it must not)
-        assert page.inner_text(".tdm-tokens") == PAYLOAD
-        assert page.locator(".tdm-tokens img").count() == 0
-        assert page.locator(".tdm-tokens script").count() == 0
+        assert page.inner_text(".tdm-conv").strip() == PAYLOAD
+        assert page.locator(".tdm-conv img").count() == 0
+        assert page.locator(".tdm-conv script").count() == 0
+        assert page.is_visible("#tdm-inspector")
         assert dialogs == []
         browser.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -25,12 +27,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def private_home() -> Path:
+    """A fresh data directory sharing the test cache's models, so what the UI tests store (plain speeds,
+    tuned settings, Pair lab runs) neither leaks into other tests nor depends on earlier runs."""
+    home = Path(tempfile.mkdtemp(prefix="tandem-ui-home-"))
+    atexit.register(shutil.rmtree, home, True)
+    models = Path(os.environ.get("TANDEM_HOME") or test_home()) / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (home / "models").symlink_to(models, target_is_directory=True)
+    return home
+
+
 def app_url(timeout: float = 300.0) -> str:
     """URL of the running app, starting it on first use (TANDEM_HOME = the test cache)."""
     if "url" in _server:
         return _server["url"]
     port = _free_port()
-    env = dict(os.environ, TANDEM_HOME=os.environ.get("TANDEM_HOME", str(test_home())), TANDEM_QUIET="1")
+    env = dict(os.environ, TANDEM_HOME=str(private_home()), TANDEM_QUIET="1")
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "app-server.log", "w")
     ngl = str(gpu_layers())

@@ -22,6 +22,7 @@ class TokenEvent:
     draft_pos: Optional[int] = None  # position in the draft (0-based) for accepted/corrected tokens
     draft_prob: Optional[float] = None  # the draft's probability of its proposed token at that position
     index: int = 0  # position in the generated sequence (0-based)
+    draft_token: Optional[int] = None  # corrected tokens: the draft's proposal that the target rejected
 
 
 @dataclass(frozen=True)

@@ -175,6 +175,7 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
                 token=tok, text=stream.feed(target.piece(tok)), kind=kind, step=step,
                 draft_pos=i if i < len(draft.tokens) else None,
                 draft_prob=draft.probs[i] if i < len(draft.probs) else None, index=emitted,
+                draft_token=draft.tokens[i] if kind == CORRECTED and i < len(draft.tokens) else None,
             ))
             emitted += 1
             if emitted >= cfg.max_tokens:

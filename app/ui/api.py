@@ -13,6 +13,7 @@ from typing import Any, Iterator, Optional
 import gradio as gr
 
 from app.ui import settings as S
+from app.ui import speedup
 from app.ui.panel import first_difference
 from app.ui.runner import Job, Live, stream
 from app.ui.state import AppState
@@ -93,6 +94,7 @@ def compare_stream(state: AppState, prompt: str, resolved: dict, stop: threading
 
 def chat_payload(live: Live, status: str = "done") -> dict:
     s = live.summary()
+    claim = speedup.choose(s, live.speculative, None, {"tps": live.baseline_tps} if live.baseline_tps else None)
     return {
         "text": live.text,
         "acceptance_rate": s.get("acceptance_rate") if live.speculative else None,
@@ -100,8 +102,9 @@ def chat_payload(live: Live, status: str = "done") -> dict:
         "tokens_per_s": s.get("tokens_per_s"),
         "tokens": live.as_tokens(),
         "speculative": live.speculative,
-        "speedup": s.get("speedup"),
-        "bound": s.get("bound"),
+        "speedup": claim["speedup"] if claim else None,  # the model's estimate; never with speculation off
+        "speedup_kind": claim["kind"] if claim else None,
+        "bound": s.get("bound") if live.speculative else None,
         "baseline_tps": live.baseline_tps,
         "per_position": s.get("per_position", []),
         "n_tokens": len(live.tokens),

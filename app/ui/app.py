@@ -36,8 +36,9 @@ def theme() -> gr.themes.Base:
                           font_mono=mono, radius_size="md", spacing_size="sm", text_size="md")
 
 
-def _optional_tab(name: str, state: AppState) -> None:
-    """Build another engineer's tab if its module exists and exposes build(state); never break ours."""
+def _optional_tab(name: str, state: AppState):
+    """Build another engineer's tab if its module exists and exposes build(state) (returning what build
+    returns); never break ours."""
     try:
         module = importlib.import_module(f"app.ui.{name}")
     except ImportError as exc:
@@ -51,7 +52,7 @@ def _optional_tab(name: str, state: AppState) -> None:
         gr.Markdown("Not available in this build.")
         return
     try:
-        build(state)
+        return build(state)
     except Exception as exc:  # pragma: no cover - depends on the other tab
         gr.Markdown(f"This tab failed to build: {panel.esc(describe_error(exc))}")
 
@@ -70,15 +71,20 @@ def build_app(state: AppState) -> gr.Blocks:
             with gr.Tab("Models", id="models"):
                 _optional_tab("models_tab", state)
             with gr.Tab("Benchmark", id="bench"):
-                _optional_tab("bench_tab", state)
-        pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False)
+                tuned = _optional_tab("bench_tab", state)
+        pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False,
+                         show_progress="hidden")
+        if tuned is not None:  # "Use this" or a full sweep changed the defaults: the open Chat and Compare follow
+            tuned.change(lambda: [*chat_ctrl.tuned(state), *compare_ctrl.tuned(state)], None,
+                         [*chat_ctrl.components, *compare_ctrl.components], api_visibility="private", queue=False,
+                         show_progress="hidden")
 
         def on_load():
             return [_header(state), pair_tab.info_html(state), *chat_ctrl.refresh(state),
                     *compare_ctrl.refresh(state)]
 
         demo.load(on_load, None, [header, pair_info, *chat_ctrl.components, *compare_ctrl.components],
-                  api_visibility="private", queue=False)
+                  api_visibility="private", queue=False, show_progress="hidden")
     return demo
 
 
@@ -199,7 +205,7 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
     say(f"serving on http://{'127.0.0.1' if host == 'localhost' else host}:{chosen}  (Ctrl+C to quit)")
     try:
         demo.launch(server_name=host, server_port=chosen, inbrowser=open_browser, auth=credentials,
-                    share=False, show_error=True, quiet=True, theme=theme(), css=panel.CSS,
+                    share=False, show_error=True, quiet=True, theme=theme(), css=panel.CSS, head=panel.HEAD,
                     footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False, prevent_thread_lock=True)
         mount_openai_api(demo, state, host, api_key)
         demo.block_thread()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from app.engine.bench import measure
 from app.engine.loop import GenConfig
@@ -41,3 +42,21 @@ def warm_up(state: AppState, tokens: int = 8) -> None:
             proposer = "draft" if pair.draft is not None else "lookup"
             measure(pair, ids, GenConfig(max_tokens=tokens, sampler=greedy, speculative=spec, proposer=proposer))
         pair.reset()
+
+
+def measure_plain(state: AppState, messages: list[dict], resolved: dict, tokens: int) -> dict:
+    """Plain decoding of a chat prompt with the reply's own sampling settings, for as many tokens as the
+    reply had: the measured reference for that reply's speedup. Stored as the pair's plain speed too."""
+    from app.ui.settings import to_config
+
+    with state.generation_lock:
+        pair = state.pair
+        if pair is None:
+            raise RuntimeError("no pair is loaded")
+        ids = pair.chat_prompt(messages)
+        cfg = replace(to_config(resolved, speculative=False), max_tokens=max(int(tokens), 1))
+        run = measure(pair, ids, cfg)
+        pair.reset()
+        if not run.tokens:
+            raise RuntimeError("the plain run produced no tokens")
+        return state.save_baseline(run.tps, len(run.tokens))

@@ -17,6 +17,7 @@ from app.engine.history import History
 from app.engine.lab import LabRequest, plan, run_lab, tuned_settings
 from app.engine.report import compare_markdown, k_label, recommendation_line
 from app.engine.tuned import describe_machine, load_tuned, machine_info, save_tuned
+from app.ui.faster import use_draft
 
 GEN = dict(concurrency_id="generation", concurrency_limit=1)
 CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
@@ -88,6 +89,9 @@ def render_result(result: Optional[dict], hist: History) -> tuple:
                 f"{result.get('duration_s')} s" + (" — **cancelled, partial**" if result.get("partial") else ""))
         if result.get("tuned"):
             head += ". Saved as this machine's defaults for Chat and Compare."
+        elif (result.get("config") or {}).get("quick") and not result.get("partial"):
+            head += (". A quick sweep does not change the saved defaults: press **Use this** to apply a choice, "
+                     "or run a full sweep.")
     return (result, head, recommendation_md(result), _categories(result), *_images(result),
             cells_rows(result), history_rows(hist))
 
@@ -102,22 +106,16 @@ def apply_recommendation(state, result: Optional[dict], cat: Optional[str]) -> s
     if state.pair_id:
         save_tuned(state.pair_id, settings)
     state.apply_defaults(settings)
-    note = ""
-    loaded = state.pair.draft.path if state.pair is not None and state.pair.draft is not None else None
-    wanted = settings["draft"] if settings["proposer"] == "draft" else None
-    if wanted and state.pair is not None and (loaded is None or Path(wanted).resolve() != Path(loaded).resolve()):
-        try:
-            state.load(state.target_path, wanted, state.target_options, state.draft_options, pair_id=state.pair_id)
-            note = f" Loaded draft {Path(wanted).name}."
-        except Exception as exc:  # the old pair stays loaded
-            note = f" Could not load that draft ({exc}); the current one stays."
+    note = use_draft(state, settings)
     rec = result["recommendations"][cat]
-    return (f"Chat and Compare now default to {rec['draft']}, K={k_label(rec)}"
-            f"{'' if settings['speculative'] else ' (speculation off: nothing beat plain decoding)'}.{note}")
+    return (f"Chat and Compare now use {rec['draft']}, K={k_label(rec)}"
+            f"{'' if settings['speculative'] else ' (speculation off: nothing beat plain decoding)'}, "
+            f"saved as this machine's default.{note}")
 
 
-def build(state) -> None:
-    """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults)."""
+def build(state):
+    """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults). Returns a
+    hidden number that changes whenever the defaults of Chat and Compare do ("Use this", a full sweep)."""
     cancel = threading.Event()
     hist_holder: dict = {}
 
@@ -152,7 +150,8 @@ def build(state) -> None:
     with gr.Row():
         category = gr.Dropdown([], label="Recommendation for", scale=2)
         use_btn = gr.Button("Use this", variant="secondary", scale=1)
-    use_status = gr.Markdown("")
+    use_status = gr.Markdown("", elem_id="tdm-use-status")
+    applied = gr.Number(0, visible=False, elem_id="tdm-applied")
     with gr.Row():
         plot_k = gr.Image(label="Speedup vs K (dashed: predicted bound)", type="pil", interactive=False)
         plot_pos = gr.Image(label="Per-position acceptance", type="pil", interactive=False)
@@ -197,17 +196,25 @@ def build(state) -> None:
                 eta_text = f", ETA {int(eta)} s" if eta is not None else ""
                 progress((done, total), desc=f"{what}{eta_text}", unit="runs")
 
-            return run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
-                           command=_command(req, state.pair_id))
+            result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
+                             command=_command(req, state.pair_id), store_tuned=not req.quick)
+            if result.get("tuned"):  # a complete full sweep: the new defaults apply at once
+                state.apply_defaults(result["tuned"])
+            return result
         finally:
             state.generation_lock.release()
 
     def render(result: Optional[dict]):
         return render_result(result, hist())
 
+    def after_sweep(result: Optional[dict], n):
+        return (n or 0) + 1 if result and result.get("tuned") else gr.update()
+
     outputs = [current, status, recommendation, category, plot_k, plot_pos, plot_mp, cells, runs]
     run_btn.click(tune, [drafts, ks, suite, max_tokens, temperature, quick], [result_json], api_name="tune",
-                  show_progress_on=[recommendation, plot_k, plot_pos, plot_mp], **GEN).then(render, [result_json], outputs, api_visibility="private")
+                  show_progress_on=[status], **GEN) \
+        .then(render, [result_json], outputs, api_visibility="private", show_progress="hidden") \
+        .then(after_sweep, [result_json, applied], [applied], api_visibility="private", show_progress="hidden")
 
     def do_cancel():
         cancel.set()
@@ -229,10 +236,12 @@ def build(state) -> None:
 
     drafts_btn.click(list_drafts, None, [status], api_visibility="private", **GEN)
 
-    def use_this(result: Optional[dict], cat: Optional[str]):
-        return apply_recommendation(state, result, cat)
+    def use_this(result: Optional[dict], cat: Optional[str], n):
+        note = apply_recommendation(state, result, cat)
+        return note, (n or 0) + 1 if result and result.get("recommendations") else gr.update()
 
-    use_btn.click(use_this, [current, category], [use_status], api_visibility="private")
+    use_btn.click(use_this, [current, category, applied], [use_status, applied], api_visibility="private",
+                  show_progress_on=[use_status])
 
     def parse_id(value) -> Optional[int]:
         return int(value) if value not in (None, "") else None
@@ -265,10 +274,11 @@ def build(state) -> None:
         return f"Report of run #{run['id']}: report.md with the plots and cells.csv.", archive
 
     refresh_btn.click(lambda: history_rows(hist()), None, [runs], api_visibility="private")
-    show_btn.click(show, [run_a], outputs, api_visibility="private")
+    show_btn.click(show, [run_a], outputs, api_visibility="private", show_progress_on=[status])
     compare_btn.click(compare, [run_a, run_b], [history_md], api_visibility="private")
     delete_btn.click(delete, [run_a], [history_md, runs], api_visibility="private")
     export_btn.click(export, [run_a], [history_md, report_file], api_visibility="private")
+    return applied
 
 
 def _count(value) -> Optional[int]:

@@ -1,156 +1,281 @@
-"""Chat tab: multi-turn streaming chat beside the live acceptance panel."""
+"""Chat tab: multi-turn streaming chat whose replies render as Markdown with each token's provenance coloured
+in place, a line of counts under each reply, and the live panel (counters, honest speedup, per-position
+acceptance, what the numbers mean) beside it. Messages sent while a reply streams wait in a visible queue."""
 
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
 from app.engine.events import KINDS
-from app.ui import api, controls, panel
+from app.ui import api, controls, panel, reply, speedup
 from app.ui import settings as S
+from app.ui.chatqueue import Sessions
 from app.ui.runner import describe_error
 from app.ui.state import AppState, session_key
 
 GEN = dict(concurrency_id="generation", concurrency_limit=1)
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
+EMPTY = "Ask something. Each reply is coloured by where its tokens came from; click a red one to see what " \
+        "the draft had proposed."
+QUEUED = "Queued: your message is sent when the current reply finishes."
 
 
-def display(history: list[dict], partial: str | None = None) -> list[dict]:
-    """Chatbot messages with the text escaped (the chatbot shows it as text, never as HTML)."""
-    msgs = [{"role": m["role"], "content": panel.esc(m["content"])} for m in history if m["role"] != "system"]
-    if partial is not None:
-        msgs.append({"role": "assistant", "content": panel.esc(partial) or "…"})
-    return msgs
+def display(history: list[dict], live: dict | None = None, queued: list[str] = ()) -> str:
+    """The conversation as HTML: stored messages, the reply streaming now, then the queued messages."""
+    msgs = list(history) + ([live] if live else []) + [{"role": "user", "content": t, "queued": True}
+                                                        for t in queued]
+    return reply.conversation_html(msgs, empty=EMPTY)
 
 
-def counters_for(state: AppState, summary: dict | None, speculative: bool) -> str:
-    return panel.counters_html(summary or {}, speculative, state.baseline())
+def plain_messages(history: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in history]
 
 
-def build(state: AppState) -> None:
-    history = gr.State([])  # raw messages [{"role", "content"}] (unescaped)
-    last = gr.State({"summary": {}, "speculative": True})
+def idle_counters(state: AppState) -> str:
+    """Before any reply: the stored plain speed, with its age and conditions."""
+    b = state.baseline()
+    if not b:
+        note = ("Plain speed not measured for this pair on this machine yet: speedups will be the model's "
+                "estimate until you press Measure plain speed.")
+    else:
+        when = speedup.age(speedup.stamp_age(b.get("measured_at")))
+        note = (f"Plain speed of this pair here: {b['tps']:.1f} tok/s, measured {when} ({b.get('measured_at')}, "
+                f"{b.get('tokens', '?')} tokens, {b.get('backend', '?')} backend).")
+    return f'<div class="tdm-note">No reply yet.</div><div class="tdm-note">{panel.esc(note)}</div>'
+
+
+def reply_counters(state: AppState, last: dict) -> tuple[str, dict | None]:
+    """Counters for the latest reply and the speedup claimed for it (measured, estimated or none)."""
+    summary, spec = last["summary"], last["speculative"]
+    claim = speedup.choose(summary, spec, last.get("plain"), state.baseline())
+    notes = []
+    ref = speedup.last_compare(state.recent, speedup.signature(state.baseline_key(), state.draft_path,
+                                                               last["resolved"])) if spec else None
+    if ref and ref.get("speedup"):
+        notes.append(f"Compare with these settings measured {ref['speedup']:.2f}× "
+                     f"{speedup.age(time.time() - ref['at'])} on “{str(ref.get('prompt', ''))[:40]}”.")
+    return panel.counters_html(summary, spec, claim, notes), claim
+
+
+def line_for(last: dict, claim: dict | None) -> str:
+    saved = speedup.seconds_saved(last["summary"], claim)
+    r = last["resolved"]
+    return panel.reply_line(last["summary"], last["speculative"], r["proposer"], r["k"], saved,
+                            claim["kind"] if claim else None)
+
+
+@dataclass
+class ChatView:
+    """What the app refreshes on page load and after "Use this": the controls and the counters."""
+    ctrl: controls.Controls
+    counters: Any
+
+    @property
+    def components(self) -> list:
+        return [*self.ctrl.components, self.counters]
+
+    def refresh(self, state: AppState) -> list:
+        return [*self.ctrl.refresh(state), idle_counters(state)]
+
+    def tuned(self, state: AppState) -> list:
+        return [*self.ctrl.tuned(state), gr.update()]
+
+
+def build(state: AppState) -> ChatView:
+    sessions = Sessions()  # per browser session: the conversation and its queued messages
+    last = gr.State({})  # the latest reply: summary, speculative, messages, resolved, at, plain
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
-            chatbot = gr.Chatbot(label="Conversation", height=460, render_markdown=False, sanitize_html=True,
-                                 elem_classes=["tdm-chat"], elem_id="tdm-chatbot", feedback_options=None,
-                                 placeholder="Ask something. The panel on the right shows which tokens the "
-                                             "draft got right.")
+            conversation = gr.HTML(display([]), elem_id="tdm-chatbot")
             with gr.Row():
-                box = gr.Textbox(placeholder="Message (Enter to send, Shift+Enter for a new line)", lines=2,
+                box = gr.Textbox(placeholder="Message · Enter sends, Shift+Enter adds a line", lines=1,
                                  max_lines=8, show_label=False, scale=6, elem_id="tdm-chat-input")
-                send = gr.Button("Send", variant="primary", scale=1, elem_id="tdm-send")
+                send = gr.Button("Send", variant="primary", scale=1, min_width=64, elem_id="tdm-send")
             with gr.Row():
                 stop = gr.Button("Stop", variant="stop", size="sm", elem_id="tdm-stop")
                 regen = gr.Button("Regenerate", size="sm", elem_id="tdm-regen")
                 clear = gr.Button("Clear", size="sm", elem_id="tdm-clear")
+                colour = gr.Checkbox(True, label="Colour tokens", elem_id="tdm-colour", min_width=120)
             status = gr.HTML("", elem_id="tdm-chat-status")
         with gr.Column(scale=4):
             gr.HTML(panel.legend_html(KINDS), elem_id="tdm-legend")
-            tokens = gr.HTML(panel.tokens_html([], empty="Tokens appear here, coloured by provenance; hover "
-                                                         "one for its step, draft position and draft probability."),
-                             elem_id="tdm-panel")
-            counters = gr.HTML(counters_for(state, None, True), elem_id="tdm-counters")
+            counters = gr.HTML(idle_counters(state), elem_id="tdm-counters")
             with gr.Row():
-                measure = gr.Button("Measure baseline", size="sm", elem_id="tdm-measure", scale=0, min_width=160)
-                baseline_note = gr.HTML("")
+                measure = gr.Button("Measure plain speed", size="sm", elem_id="tdm-measure")
+                faster = gr.Button("Make it faster", size="sm", variant="secondary", elem_id="tdm-faster")
+            note = gr.HTML("", elem_id="tdm-measure-note")
+            with gr.Accordion("What these numbers mean", open=False, elem_id="tdm-glossary"):
+                gr.HTML(panel.glossary_html())
             ctrl = controls.build(state, "chat")
 
-    # --- handlers ------------------------------------------------------------------------------------------
+    # --- handlers (the conversation lives in ``sessions``: messages {"role", "content"}, replies also "html"
+    # and "line"; content unescaped) ----------------------------------------------------------------------
 
-    def push_user(message: str, hist: list, request: gr.Request):
+    def push_user(request: gr.Request, message: str, *values):
         if not message or not message.strip():
-            return gr.update(), hist, display(hist), panel.status_html("Type a message first.", "info")
-        state.stop_event(session_key(request))  # armed now: a Stop before the reply starts still counts
-        hist = hist + [{"role": "user", "content": message}]
-        note = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
-        return "", hist, display(hist), note
+            return gr.update(), gr.update(), panel.status_html("Type a message first.", "info")
+        key = session_key(request)
+        if sessions.push(key, message, values):
+            return "", gr.update(), panel.status_html(QUEUED, "wait")
+        state.stop_event(key)  # armed now: a Stop before the reply starts still counts
+        note_ = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
+        return "", display(sessions.history(key), queued=sessions.queued(key)), note_
 
-    def pop_assistant(hist: list, request: gr.Request):
-        state.stop_event(session_key(request))
+    def regenerate(request: gr.Request, *values):
+        key = session_key(request)
+        if sessions.active(key):
+            return gr.update(), panel.status_html("Wait for the reply to finish (or Stop it) first.", "info")
+        hist = sessions.history(key)
         if hist and hist[-1]["role"] == "assistant":
             hist = hist[:-1]
-        note = panel.status_html(WAITING, "wait") if state.busy else ""
-        return hist, display(hist), note
-
-    def respond(request: gr.Request, hist: list, *values):
-        """Stream the assistant's reply: chatbot, panel, counters, status, history, last-run summary."""
         if not hist or hist[-1]["role"] != "user":
-            yield gr.update(), gr.update(), gr.update(), panel.status_html("Nothing to answer yet.", "info"), \
-                hist, gr.update(), gr.update()
+            return display(hist), panel.status_html("Nothing to regenerate yet.", "info")
+        state.stop_event(key)
+        sessions.set_history(key, hist[:-1])
+        sessions.push(key, hist[-1]["content"], values, front=True)
+        return display(hist[:-1], queued=sessions.queued(key)), ""
+
+    def respond(request: gr.Request):
+        """The session's reply loop: answers queued messages in order; outputs conversation, counters,
+        status, last reply, input box."""
+        key = session_key(request)
+        claim = sessions.claim(key)
+        if claim is None:  # a loop runs already (it takes the new message next) or nothing is queued
+            yield (gr.update(),) * 5
             return
+        try:
+            while (item := sessions.next(claim)) is not None:
+                outcome = yield from answer(claim, sessions.history(key), item)
+                if outcome is None:  # cleared meanwhile: drop this reply, carry on from the empty conversation
+                    continue
+                stopped, last_run, failed = outcome
+                if stopped:  # Stop or an error: what is still queued goes back into the input box
+                    queued = sessions.give_back(claim)
+                    if queued:
+                        note = gr.update() if failed else panel.status_html(
+                            "Stopped. Your queued message is back in the box.", "ok")
+                        yield gr.update(), gr.update(), note, last_run, "\n\n".join([failed] * bool(failed) + queued)
+                    return
+        finally:
+            sessions.release(claim)
+
+    def answer(claim, hist: list, item: tuple):
+        """Stream one reply (a sub-generator of ``respond``); returns (stopped, last reply, the text of a turn
+        that failed), or None when Clear was pressed meanwhile. A failed turn is dropped, its text given back."""
+        text, values = item
+        key, keep = claim.key, gr.update()
+
+        def fail(message: str):
+            sessions.set_history(key, hist)
+            return display(hist), keep, panel.status_html(message, "error"), keep, text
+
+        asked = hist + [{"role": "user", "content": text}]
         try:
             resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
         except S.SettingsError as exc:
-            yield gr.update(), gr.update(), gr.update(), panel.status_html(str(exc), "error"), hist, \
-                gr.update(), gr.update()
-            return
-        messages = api.build_messages(hist[:-1], hist[-1]["content"], resolved["system"])
-        spec = resolved["speculative"]
-        stop_ev = state.armed_stop_event(session_key(request))
-        live = None
+            yield fail(str(exc))
+            return True, {}, text
+        messages = api.build_messages(plain_messages(hist), text, resolved["system"])
+        spec, live, shown_at, cost = resolved["speculative"], None, 0.0, 0.0
         try:
-            for status, live in api.chat_stream(state, messages, resolved, stop_ev):
+            for status, live in api.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
+                if sessions.stale(claim):
+                    return None
                 if status == "waiting":
-                    yield gr.update(), gr.update(), gr.update(), panel.status_html(WAITING, "wait"), hist, \
-                        gr.update(), gr.update()
+                    yield display(asked), keep, panel.status_html(WAITING, "wait"), keep, keep
                     continue
-                if live.error:
-                    break
-                running = status != "done"
-                note = panel.status_html("Generating… (Stop ends it within one step)", "info") if running else ""
-                yield (display(hist, live.text), panel.tokens_html(live.tokens, cursor=running),
-                       counters_for(state, live.summary(), spec), note, hist, gr.update(), gr.update())
+                if live.error or (status != "done" and time.perf_counter() - shown_at < max(0.1, 6 * cost)):
+                    continue  # big replies render less often, so rendering never competes with decoding
+                t0 = time.perf_counter()
+                queued = sessions.queued(key)
+                streaming = {"role": "assistant", "tokens": reply.compact(live.tokens, live.draft_texts),
+                             "streaming": status != "done"}
+                view = display(asked, streaming, queued)
+                snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved}
+                shown_at, cost = time.perf_counter(), time.perf_counter() - t0
+                waiting = f" · {len(queued)} message{'s' * (len(queued) > 1)} queued" if queued else ""
+                yield (view, reply_counters(state, snapshot)[0],
+                       panel.status_html(f"Generating… (Stop ends it within one step){waiting}", "info"), keep, keep)
         except Exception as exc:  # never let a bad input take the tab down
-            yield gr.update(), gr.update(), gr.update(), panel.status_html(describe_error(exc), "error"), \
-                hist, gr.update(), gr.update()
-            return
-        if live is None:
-            return
-        if live.error:  # e.g. the prompt is past the context: drop the turn, give the text back
-            hist = hist[:-1]
-            yield (display(hist), gr.update(), gr.update(), panel.status_html(live.error, "error"), hist,
-                   gr.update(), messages[-1]["content"])
-            return
-        hist = hist + [{"role": "assistant", "content": live.text}]
-        summary = live.summary()
-        done = panel.reason_text(live.done.reason if live.done else "stopped")
-        tps = summary.get("tokens_per_s") or 0.0
-        note = panel.status_html(f"{done.capitalize()} · {len(live.tokens)} tokens · {tps:.1f} tok/s", "ok")
-        yield (display(hist), panel.tokens_html(live.tokens), counters_for(state, summary, spec), note, hist,
-               {"summary": summary, "speculative": spec}, gr.update())
+            yield fail(describe_error(exc))
+            return True, {}, text
+        if live is None or sessions.stale(claim):
+            return None
+        if live.error:  # e.g. the prompt is past the context
+            yield fail(live.error)
+            return True, {}, text
+        last_run = {"summary": live.summary(), "speculative": spec, "messages": messages, "resolved": resolved,
+                    "at": time.time(), "plain": None}
+        counters_view, claim_ = reply_counters(state, last_run)
+        toks = reply.compact(live.tokens, live.draft_texts)
+        hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks),
+                         "line": line_for(last_run, claim_)}]
+        sessions.set_history(key, hist)
+        reason = live.done.reason if live.done else "stopped"
+        done = panel.status_html(f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens", "ok")
+        yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep
+        return reason == "stopped", last_run, None
 
     def do_stop(request: gr.Request):
         stopped = state.request_stop(session_key(request))
         return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
 
-    def do_clear():
-        return [], [], panel.tokens_html([]), counters_for(state, None, True), "", {"summary": {},
-                                                                                    "speculative": True}
+    def do_clear(request: gr.Request):
+        key = session_key(request)
+        sessions.clear(key)
+        state.request_stop(key)
+        return display([]), idle_counters(state), "", {}, ""
 
-    def do_measure(last_run: dict, progress=gr.Progress()):
+    def do_measure(request: gr.Request, last_run: dict):
+        from app.ui.baseline import measure_baseline, measure_plain
+
+        key, keep = session_key(request), gr.update()
+        if sessions.active(key):
+            return keep, keep, panel.status_html("Wait for the reply to finish first.", "info"), keep
         if state.pair is None:
-            return gr.update(), panel.status_html("Load a pair first (Pair settings).", "error")
-        progress(0.1, desc="measuring plain decoding")
+            return keep, keep, panel.status_html("Load a pair first (Pair settings).", "error"), keep
         try:
-            from app.ui.baseline import measure_baseline
-
-            entry = measure_baseline(state)
+            if not last_run.get("messages"):
+                b = measure_baseline(state)
+                msg = f"Plain decoding: {b['tps']:.1f} tok/s on this pair and machine (stored for later)."
+                return keep, idle_counters(state), panel.status_html(msg, "ok"), keep
+            b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].get("tokens") or 1)
         except Exception as exc:
-            return gr.update(), panel.status_html(describe_error(exc), "error")
-        note = panel.status_html(f"Baseline: plain decoding at {entry['tps']:.1f} tok/s on this pair and machine "
-                                 "(stored for later sessions).", "ok")
-        return counters_for(state, last_run.get("summary"), last_run.get("speculative", True)), note
+            return keep, keep, panel.status_html(describe_error(exc), "error"), keep
+        last_run = dict(last_run, plain={"tps": b["tps"], "at": time.time(), "reply_at": last_run["at"]})
+        view, claim_ = reply_counters(state, last_run)
+        hist = sessions.history(key)
+        if hist and hist[-1]["role"] == "assistant":
+            hist[-1] = dict(hist[-1], line=line_for(last_run, claim_))
+            sessions.set_history(key, hist)
+        msg = f"Plain decoding of the same prompt: {b['tps']:.1f} tok/s ({b['tokens']} tokens), just now."
+        return display(hist), view, panel.status_html(msg, "ok"), last_run
 
-    gen_outputs = [chatbot, tokens, counters, status, history, last, box]
+    def do_faster(progress=gr.Progress()):
+        from app.ui.faster import make_faster
+
+        try:
+            message, settings = make_faster(state, lambda f, d: progress(f, desc=d))
+        except Exception as exc:
+            return (panel.status_html(f"Could not make it faster: {describe_error(exc)}", "error"),
+                    *[gr.update()] * len(ctrl.components))
+        return panel.status_html(message, "ok"), *ctrl.apply(settings)
+
+    private = dict(api_visibility="private")
+    reply_loop = dict(fn=respond, inputs=None, outputs=[conversation, counters, status, last, box],
+                      show_progress="hidden", trigger_mode="multiple", **private, **GEN)
     for trigger in (send.click, box.submit):
-        trigger(push_user, [box, history], [box, history, chatbot, status], queue=False,
-                api_visibility="private").then(respond, [history, *ctrl.components], gen_outputs,
-                                               api_visibility="private", show_progress="hidden", **GEN)
-    regen.click(pop_assistant, [history], [history, chatbot, status], queue=False, api_visibility="private") \
-        .then(respond, [history, *ctrl.components], gen_outputs, api_visibility="private",
-              show_progress="hidden", **GEN)
-    stop.click(do_stop, None, [status], queue=False, api_visibility="private")
-    clear.click(do_clear, None, [chatbot, history, tokens, counters, status, last], queue=False,
-                api_visibility="private")
-    measure.click(do_measure, [last], [counters, baseline_note], api_visibility="private", **GEN)
-    return ctrl
+        trigger(push_user, [box, *ctrl.components], [box, conversation, status], queue=False, **private) \
+            .then(**reply_loop)
+    regen.click(regenerate, ctrl.components, [conversation, status], queue=False, **private).then(**reply_loop)
+    stop.click(do_stop, None, [status], queue=False, **private)
+    clear.click(do_clear, None, [conversation, counters, status, last, note], queue=False, **private)
+    colour.change(None, [colour], None, js="(on) => { document.body.classList.toggle('tdm-nocolour', !on); }")
+    measure.click(do_measure, [last], [conversation, counters, note, last], show_progress="minimal",
+                  show_progress_on=[note], **private, **GEN)
+    faster.click(do_faster, None, [note, *ctrl.components], show_progress_on=[note], **private, **GEN)
+    return ChatView(ctrl, counters)

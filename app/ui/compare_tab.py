@@ -1,10 +1,13 @@
-"""Compare tab: one prompt with speculation off and on, side by side, plus a session history."""
+"""Compare tab: one prompt with speculation off and on, each side streaming in turn, then both replayed as a
+race at their real timing, plus the session's history of comparisons."""
 
 from __future__ import annotations
 
+import re
+
 import gradio as gr
 
-from app.ui import api, controls, panel
+from app.ui import api, controls, panel, race, speedup
 from app.ui import settings as S
 from app.ui.chat_tab import GEN, WAITING
 from app.ui.runner import describe_error
@@ -15,10 +18,25 @@ EXAMPLES = [
     "Summarise the water cycle in three sentences.",
     "List five tips for writing clear emails.",
 ]
+EMPTY = ('<div class="tdm-race"><div class="tdm-lane"><b>Speculation off (plain)</b><div class="tdm-empty">'
+         'Run a comparison: each side streams in turn, then both are replayed side by side at their real speed.'
+         '</div></div><div class="tdm-lane"><b>Speculation on</b></div></div>')
+
+
+def arena_html(plain, spec) -> str:
+    """Both sides while they run (each from a cold cache, one after the other)."""
+    return (f'<div class="tdm-race">{race.side_html("Speculation off (plain)", plain)}'
+            f'{race.side_html("Speculation on", spec)}</div>')
+
+
+def replay(html: str) -> str:
+    """The same race with the next nonce, so the page replaces it and the animation starts over."""
+    return re.sub(r'data-run="(\d+)"', lambda m: f'data-run="{int(m.group(1)) + 1}"', html or "", count=1)
 
 
 def build(state: AppState) -> controls.Controls:
     runs = gr.State([])  # this session's comparisons (payload dicts)
+    last_race = gr.State("")
     with gr.Row():
         prompt = gr.Textbox(label="Prompt", lines=2, scale=6, elem_id="tdm-compare-prompt",
                             placeholder="One prompt, run with speculation off and on (alternating which goes first)")
@@ -26,10 +44,9 @@ def build(state: AppState) -> controls.Controls:
             run = gr.Button("Compare", variant="primary", elem_id="tdm-compare-run")
             stop = gr.Button("Stop", variant="stop", size="sm", elem_id="tdm-compare-stop")
     gr.Examples(EXAMPLES, inputs=[prompt], label="Try")
-    status = gr.HTML("")
-    with gr.Row(equal_height=True):
-        plain_view = gr.HTML(_side("Speculation off (plain)"), elem_id="tdm-compare-plain")
-        spec_view = gr.HTML(_side("Speculation on"), elem_id="tdm-compare-spec")
+    status = gr.HTML("", elem_id="tdm-compare-status")
+    arena = gr.HTML(EMPTY, elem_id="tdm-compare-arena")
+    replay_btn = gr.Button("Replay the race", size="sm", visible=False, elem_id="tdm-compare-replay")
     result = gr.HTML("", elem_id="tdm-compare-result")
     with gr.Accordion("This session's comparisons", open=True):
         hist_view = gr.HTML(panel.history_html([]), elem_id="tdm-compare-history")
@@ -41,14 +58,19 @@ def build(state: AppState) -> controls.Controls:
         return note, ""
 
     def compare_ui(request: gr.Request, text: str, history: list, *values):
-        keep = (gr.update(),) * 4
+        keep = gr.update()
+        idle = (keep, keep, keep, keep, keep, keep)  # arena, result, runs, history view, race, replay button
+
+        def say(message: str, kind: str = "info"):
+            return (idle[0], idle[1], panel.status_html(message, kind), *idle[2:])
+
         if not text or not text.strip():
-            yield *keep[:2], gr.update(), panel.status_html("Type a prompt first.", "info"), history, gr.update()
+            yield say("Type a prompt first.")
             return
         try:
             resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
         except S.SettingsError as exc:
-            yield *keep[:3], panel.status_html(str(exc), "error"), history, gr.update()
+            yield say(str(exc), "error")
             return
         greedy = resolved["temperature"] <= 0
         stop_ev = state.armed_stop_event(session_key(request))
@@ -56,39 +78,45 @@ def build(state: AppState) -> controls.Controls:
         try:
             for st, plain, spec, order in api.compare_stream(state, text, resolved, stop_ev, len(history)):
                 if st == "waiting":
-                    yield *keep[:3], panel.status_html(WAITING, "wait"), history, gr.update()
+                    yield say(WAITING, "wait")
                     continue
                 payload = api.compare_payload(plain, spec, resolved, order, text, st)
                 note = panel.status_html(f"Running ({order})…", "info") if st != "done" else ""
-                yield (panel.compare_side_html("Speculation off (plain)", plain, greedy),
-                       panel.compare_side_html("Speculation on", spec, greedy), gr.update(), note, history,
-                       gr.update())
+                yield arena_html(plain, spec), keep, note, keep, keep, keep, gr.update(visible=False)
         except Exception as exc:
-            yield *keep[:3], panel.status_html(describe_error(exc), "error"), history, gr.update()
+            yield say(describe_error(exc), "error")
             return
         if payload is None:
             return
         if payload["error"]:
-            yield gr.update(), gr.update(), "", panel.status_html(payload["error"], "error"), history, gr.update()
+            yield keep, "", panel.status_html(payload["error"], "error"), keep, keep, keep, keep
             return
         if payload["identical"] is None:  # stopped before both finished
-            yield gr.update(), gr.update(), "", panel.status_html("Stopped: no result recorded.", "info"), \
-                history, gr.update()
+            yield keep, "", panel.status_html("Stopped: no result recorded.", "info"), keep, keep, keep, keep
             return
         history = (history + [payload])[-20:]
-        yield (gr.update(), gr.update(), panel.compare_row_html(_row(payload, greedy)), "", history,
-               panel.history_html(history))
+        sig = speedup.signature(state.baseline_key(), state.draft_path, resolved)
+        speedup.remember_compare(state.recent, sig, payload)
+        shown = race.race_html(plain, spec, len(history)) or arena_html(plain, spec)
+        yield (shown, panel.compare_row_html(_row(payload, greedy)), "", history, panel.history_html(history),
+               shown, gr.update(visible=True))
 
     def do_stop(request: gr.Request):
         stopped = state.request_stop(session_key(request))
         return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
 
-    outputs = [plain_view, spec_view, result, status, runs, hist_view]
+    def do_replay(html: str):
+        again = replay(html)
+        return again, again
+
+    outputs = [arena, result, status, runs, hist_view, last_race, replay_btn]
     for trigger in (run.click, prompt.submit):
         trigger(announce, None, [status, result], queue=False, api_visibility="private").then(
             compare_ui, [prompt, runs, *ctrl.components], outputs, api_visibility="private", show_progress="hidden",
             **GEN)
     stop.click(do_stop, None, [status], queue=False, api_visibility="private")
+    replay_btn.click(do_replay, [last_race], [arena, last_race], queue=False, api_visibility="private",
+                     show_progress="hidden")
     return ctrl
 
 
@@ -97,8 +125,3 @@ def _row(payload: dict, greedy: bool) -> dict:
     if not greedy:
         row["identical"] = None  # sampled runs are not expected to match: no badge either way
     return row
-
-
-def _side(title: str) -> str:
-    return (f'<div class="tdm-side"><div class="tdm-side-head"><b>{panel.esc(title)}</b></div>'
-            f'{panel.tokens_html([], empty="Run a comparison to see this side stream.")}</div>')

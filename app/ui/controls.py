@@ -11,6 +11,7 @@ from app.ui import settings as S
 from app.ui.state import AppState
 
 K_CHOICES = ["auto"] + [str(k) for k in range(1, 17)]
+TUNED = ("speculative", "proposer", "k", "p_min")  # what a Pair lab recommendation sets
 
 
 @dataclass
@@ -36,6 +37,16 @@ class Controls:
         """Current defaults as component updates (the pair lab may have changed them)."""
         d = S.defaults(state.defaults)
         return [gr.update(value=_shown(name, d[name])) for name in self.names]
+
+    def tuned(self, state: AppState) -> list:
+        """Updates for the settings the Pair lab tunes (after "Use this"), from the current defaults."""
+        d = S.defaults(state.defaults)
+        return self.apply({name: d[name] for name in TUNED})
+
+    def apply(self, settings: dict) -> list:
+        """Updates that set only the controls named in ``settings`` (e.g. a tuned K), leaving the rest."""
+        return [gr.update(value=_shown(name, settings[name])) if name in settings else gr.update()
+                for name in self.names]
 
 
 def _shown(name: str, value: Any) -> Any:

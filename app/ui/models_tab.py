@@ -10,10 +10,55 @@ from typing import Any
 import gradio as gr
 
 from app.ui.files import FileRefused, allowed_file, model_ref
-from app.ui.state import AppState, session_key
+from app.ui.state import AppState, backend_name, session_key
 
 INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
-PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "compatible", "installed", "why"]
+PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "≈ tok/s here (plain)", "compatible",
+             "installed", "why"]
+DETECT, NO_GPU = "detected", "none (CPU only)"
+
+
+def _model_choices() -> list[tuple[str, str]]:
+    """Installed models for the dropdowns: shown by file name (as in Pair settings), valued by id."""
+    from pathlib import Path
+
+    from app.models import library
+
+    return [(f"{Path(r['path']).name} ({r['id']})", r["id"]) for r in library.installed(with_meta=False)]
+
+
+def _gib(value, what: str):
+    """A GiB figure from a dropdown: None for 'detected', 0 for none, else a positive number."""
+    text = str(value if value is not None else "").strip().lower()
+    if text in ("", DETECT):
+        return None
+    if text.startswith("none") or text == "0":
+        return 0.0
+    try:
+        gib = float(text.split()[0])
+    except ValueError:
+        raise ValueError(f"{what} must be a number of GiB, '{NO_GPU}' or '{DETECT}', not {value!r}") from None
+    if gib < 0:
+        raise ValueError(f"{what} cannot be negative ({gib:g} GiB)")
+    return gib
+
+
+def _speed_reference(state: AppState):
+    """(plain tok/s, weight bytes, on GPU) of the loaded target, from its stored plain speed, or None."""
+    base = state.baseline()
+    if state.pair is None or not base:
+        return None
+    return float(base["tps"]), state.pair.target.size_bytes, state.target_options.n_gpu_layers != 0 and \
+        backend_name() != "CPU"
+
+
+def _speed(row: dict, ref) -> float | None:
+    """Plain tok/s for a pair's target, scaled from the loaded target's measured speed by weight size
+    (decoding one token reads every weight once); only where both run on the same kind of device."""
+    if ref is None or not row.get("target_weights") or row.get("fit") not in ("gpu", "cpu"):
+        return None
+    tps, size, on_gpu = ref
+    return tps * size / row["target_weights"] if (row["fit"] == "gpu") == on_gpu else None
 
 
 def _installed_rows() -> list[list[Any]]:
@@ -28,19 +73,24 @@ def _installed_rows() -> list[list[Any]]:
     return rows
 
 
-def _pair_rows(vram: float | None, ram: float | None, ctx: int) -> tuple[list[list[Any]], str, str]:
+def _pair_rows(vram: float | None, ram: float | None, ctx: int, ref=None) -> tuple[list[list[Any]], str, str]:
     from app.models import advice, hardware
     from app.models.fit import Settings
 
-    machine = hardware.override(hardware.detect(), vram or None, ram or None)
+    machine = hardware.override(hardware.detect(), vram, ram)
     rows = advice.label_pairs(machine=machine, settings=Settings(ctx=int(ctx or 4096)))
     best = advice.recommend(rows)
+    speed = {r["pair"]: _speed(r, ref if vram is None and ram is None else None) for r in rows}
     table = [[r["pair"], ", ".join(r["use"]), r["label"],
               round(r["estimated_bytes"] / 2**30, 2) if r.get("estimated_bytes") else None,
               f"{r.get('target_gpu_layers', 0)}/{r.get('target_layers', '?')}",
+              f"≈ {speed[r['pair']]:.0f}" if speed[r["pair"]] else "–",
               {True: "yes", False: "NO", None: "not checked"}[r["compatible"]],
               "yes" if r["installed"] else "no", r.get("reason") or r.get("compat_reason", "")] for r in rows]
-    rec = "; ".join(f"best for {use}: {pid or 'none fits'}" for use, pid in best.items())
+    rec = "; ".join(f"best for {use}: {pid or 'none fits'}" + _pace(speed.get(pid)) for use, pid in best.items())
+    if ref is None:
+        rec += (". Speed estimates need this machine's plain speed: press Measure plain speed in Chat "
+                "(they scale it by model size).")
     return table, hardware.summary(machine), rec
 
 
@@ -56,6 +106,12 @@ def _pypi_choices(cat) -> list[tuple[str, str]]:
     return pairs + models
 
 
+def _pace(tps: float | None) -> str:
+    if tps is None:
+        return ""
+    return f" (≈ {tps:.0f} tok/s here{', slow: consider a smaller pair' if tps < 5 else ''})"
+
+
 def build(state: AppState) -> None:
     """Build the tab inside an open ``gr.Tab`` context."""
     from app.models.catalog import load
@@ -68,7 +124,8 @@ def build(state: AppState) -> None:
     installed = gr.Dataframe(headers=INSTALLED_COLS, value=_installed_rows(), interactive=False, wrap=True)
     with gr.Row():
         refresh = gr.Button("Refresh", size="sm")
-        model_id = gr.Textbox(label="Model id (delete / derive)", scale=2)
+        model_id = gr.Dropdown(_model_choices(), value=None, label="Installed model (delete / derive)", scale=2,
+                               allow_custom_value=True, info="file name (id); an id or a path can be typed too")
         delete = gr.Button("Delete", variant="stop", size="sm")
     with gr.Row():
         import_path = gr.Textbox(label="Import a .gguf by path (inside Tandem's data folder)", scale=3)
@@ -77,8 +134,10 @@ def build(state: AppState) -> None:
 
     gr.Markdown("### Catalog pairs on this machine")
     with gr.Row():
-        vram = gr.Number(label="GPU GiB (blank: detected, 0: none)", value=None)
-        ram = gr.Number(label="RAM GiB (blank: detected)", value=None)
+        vram = gr.Dropdown([DETECT, NO_GPU, "4", "6", "8", "12", "16", "24", "48", "80"], value=DETECT,
+                           allow_custom_value=True, label="GPU memory, GiB", info="another machine's, to plan")
+        ram = gr.Dropdown([DETECT, "4", "8", "16", "32", "64", "128"], value=DETECT, allow_custom_value=True,
+                          label="RAM, GiB")
         ctx = gr.Number(label="Context", value=4096, precision=0)
         fit_btn = gr.Button("Estimate", size="sm")
     hardware_box = gr.Textbox(label="Hardware", lines=3, interactive=False)
@@ -100,8 +159,10 @@ def build(state: AppState) -> None:
 
     gr.Markdown("### Check a pair / derive a draft")
     with gr.Row():
-        target = gr.Textbox(label="Target (id, catalog id or path)")
-        draft = gr.Textbox(label="Draft (id, catalog id or path)")
+        target = gr.Dropdown(_model_choices(), value=None, label="Target", allow_custom_value=True,
+                             info="installed model, or type a catalog id or a path")
+        draft = gr.Dropdown(_model_choices(), value=None, label="Draft", allow_custom_value=True,
+                            info="installed model, or type a catalog id or a path")
         check_btn = gr.Button("Check compatibility")
     with gr.Row():
         quant = gr.Dropdown(choices=["Q4_0", "Q2_K"], value="Q4_0", label="Derived draft quantization")
@@ -113,7 +174,11 @@ def build(state: AppState) -> None:
         return _installed_rows()
 
     def do_fit(vram_v, ram_v, ctx_v):
-        table, hw, rec = _pair_rows(vram_v, ram_v, ctx_v)
+        try:
+            table, hw, rec = _pair_rows(_gib(vram_v, "GPU memory"), _gib(ram_v, "RAM"), ctx_v,
+                                        _speed_reference(state))
+        except ValueError as exc:
+            return gr.update(), gr.update(), f"error: {exc}"
         return table, hw, rec
 
     def do_delete(mid):
@@ -217,11 +282,15 @@ def build(state: AppState) -> None:
             _installed_rows()
 
     refresh.click(do_refresh, None, installed, api_name="models_refresh")
+    installed.change(lambda: [gr.update(choices=_model_choices())] * 3, None, [model_id, target, draft],
+                     api_visibility="private", show_progress="hidden", queue=False)  # the dropdowns follow the list
     fit_btn.click(do_fit, [vram, ram, ctx], [pairs, hardware_box, recommendation], api_name="models_fit")
     delete.click(do_delete, model_id, [status, installed], api_name="models_delete")
     import_btn.click(do_import, [import_path, import_file], [status, installed], api_name="models_import")
-    get_btn.click(do_get, get_choice, [status, installed], api_name="models_get")
-    pull_btn.click(do_pull, [pull_choice, repo, filename], [status, installed], api_name="models_pull")
+    get_btn.click(do_get, get_choice, [status, installed], api_name="models_get", show_progress_on=[status])
+    pull_btn.click(do_pull, [pull_choice, repo, filename], [status, installed], api_name="models_pull",
+                   show_progress_on=[status])
     cancel_btn.click(do_cancel, None, status, api_name="models_cancel")
     check_btn.click(do_check, [target, draft], [status, details], api_name="models_check")
-    derive_btn.click(do_derive, [model_id, quant], [status, details, installed], api_name="models_derive")
+    derive_btn.click(do_derive, [model_id, quant], [status, details, installed], api_name="models_derive",
+                     show_progress_on=[status])

@@ -213,5 +213,6 @@ def build(state: AppState):
     draft.change(on_choose, [target, draft], [compat], api_visibility="private")
     refresh.click(on_refresh, None, [target, draft], api_visibility="private")
     loaded = load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads], [status, info],
-                   api_visibility="private", concurrency_id="load", concurrency_limit=1)
+                            api_visibility="private", concurrency_id="load", concurrency_limit=1,
+                            show_progress_on=[status])
     return info, loaded

@@ -37,6 +37,8 @@ class Live:
     started: Optional[float] = None  # wall time the job began (prefill included)
     decode_start: Optional[float] = None
     last: Optional[float] = None  # wall time of the latest step
+    times: list = field(default_factory=list)  # wall time each token arrived (Compare's race replay)
+    draft_texts: dict = field(default_factory=dict)  # token index → the draft's rejected proposal, as text
 
     @property
     def text(self) -> str:
@@ -64,6 +66,9 @@ class Live:
     def add(self, ev, now: float) -> None:
         if isinstance(ev, TokenEvent):
             self.tokens.append(ev)
+            self.times.append(now)
+        elif isinstance(ev, DraftText):
+            self.draft_texts[ev.index] = ev.text
         elif isinstance(ev, StepEvent):
             if self.decode_start is None:
                 self.decode_start = now - (ev.t_draft + ev.t_verify)
@@ -75,6 +80,16 @@ class Live:
 
     def as_tokens(self) -> list[dict]:
         return [{"text": t.text, "kind": t.kind} for t in self.tokens]
+
+
+@dataclass(frozen=True)
+class DraftText:
+    index: int  # the corrected token's position in the reply
+    text: str  # what the draft had proposed there
+
+
+def _text(pair: Pair, token: int) -> str:
+    return pair.target.piece(token).decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -112,6 +127,8 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     q.put((_START, i, time.perf_counter()))
                     for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
                         q.put((ev, i, time.perf_counter()))
+                        if getattr(ev, "draft_token", None) is not None:  # decoded here: piece() is not thread-safe
+                            q.put((DraftText(ev.index, _text(pair, ev.draft_token)), i, time.perf_counter()))
                         if isinstance(ev, DoneEvent):
                             _notify(state, ev, job.cfg)
             except Exception as exc:  # shown to the user; the app keeps running

@@ -1,0 +1,70 @@
+"""Compare's views: each side while it runs, then both runs replayed side by side at their real timing.
+
+The replay is pure CSS: every token carries an ``animation-delay`` equal to the moment it arrived (from the
+start of its run, prompt processing included), each lane's progress bar fills over its run's duration and its
+finish line appears when the run ended, so the faster run visibly finishes first. A new ``nonce`` replaces the
+HTML and replays it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from app.ui.panel import esc, reason_text, status_html
+from app.ui.reply import compact, span, spans_html
+
+
+def side_html(title: str, live) -> str:
+    """One side while the comparison runs (each side streams in turn)."""
+    summary = live.summary()
+    tps = summary.get("tokens_per_s") or 0.0
+    state = ("error" if live.error else reason_text(live.done.reason) if live.done else
+             "running" if live.running else "queued")
+    head = (f'<div class="tdm-side-head"><b>{esc(title)}</b><span class="tdm-timer">{live.elapsed:.1f} s · '
+            f'{len(live.tokens)} tok · {tps:.1f} tok/s · {esc(state)}</span></div>')
+    body = spans_html(compact(live.tokens, live.draft_texts), cursor=live.running,
+                      empty="waiting…" if not live.started else "")
+    err = status_html(live.error, "error") if live.error else ""
+    return f'<div class="tdm-side">{head}{body}{err}</div>'
+
+
+def secs(x: float) -> str:
+    """Seconds with two decimals below one second, one above."""
+    return f"{x:.2f}" if abs(x) < 1 else f"{x:.1f}"
+
+
+def _duration(live) -> float:
+    if live.started is None or live.last is None:
+        return 0.0
+    return max(live.last - live.started, 0.0)
+
+
+def _lane(title: str, live, other: float, nonce: int) -> str:
+    total = _duration(live)
+    toks = compact(live.tokens, live.draft_texts)
+    body = "".join(
+        span(toks, i, esc(t["t"]), f' style="animation-delay:{max(at - live.started, 0.0) * 1000:.0f}ms"')
+        for i, (t, at) in enumerate(zip(toks, live.times)) if t["t"])
+    first = total <= other
+    finish = (f"finished first · {secs(other - total)} s sooner" if first and other > total else
+              f"finished {secs(total - other)} s later" if not first else "finished at the same time")
+    return (f'<div class="tdm-lane" data-first="{str(first).lower()}">'
+            f'<div class="tdm-lane-head"><b>{esc(title)}</b><span class="tdm-timer">{secs(total)} s · '
+            f'{len(live.tokens)} tokens</span></div>'
+            f'<div class="tdm-track"><div class="tdm-track-fill" style="animation-duration:{total:.2f}s"></div></div>'
+            f'<div class="tdm-finish {"tdm-badge tdm-badge-ok" if first else "tdm-badge"}" '
+            f'style="animation-delay:{total * 1000:.0f}ms">{"✓ " if first else ""}{esc(finish)}</div>'
+            f'<div class="tdm-tokens">{body}</div></div>')
+
+
+def race_html(plain, spec, nonce: int = 0) -> Optional[str]:
+    """Both finished runs replayed side by side at their real timing; None if either did not finish."""
+    if plain.done is None or spec.done is None or not plain.times or not spec.times:
+        return None
+    tp, ts = _duration(plain), _duration(spec)
+    saved = tp - ts
+    word = f"speculation saved {secs(saved)} s" if saved >= 0 else f"speculation cost {secs(-saved)} s"
+    return (f'<div class="tdm-race-wrap" data-run="{nonce}"><div class="tdm-note">Replay at real speed '
+            f'(prompt processing included): {esc(word)} of {secs(tp)} s.</div><div class="tdm-race">'
+            f'{_lane("Speculation off (plain)", plain, ts, nonce)}{_lane("Speculation on", spec, tp, nonce)}'
+            f'</div></div>')

@@ -1,0 +1,113 @@
+"""Which speedup the Chat may claim for a reply, and how it knows: pure functions.
+
+A speedup is shown only for a speculative reply, and only as one of
+- **measured**: the reply's tokens/s over a plain run of the *same prompt* made on demand right after it;
+- **estimate**: what the model predicts from this reply's own α, mean K and draft/verify times,
+  E(α, K) / (K·c + v) (``stats.leviathan_bound``), where c and v are relative to one plain target step,
+  taken from the reply's plain (paused) steps when it has enough of them, else from the stored plain speed,
+  whose age is shown.
+The last Compare of the same pair and settings is shown beside it, with its age, as a second measurement.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Optional
+
+from app.engine.stats import costs
+
+MIN_PLAIN_STEPS = 3  # plain steps inside a reply needed to time a target step from the reply itself
+SPEED_KEYS = ("proposer", "k", "k_max", "p_min", "rule", "temperature", "top_k", "top_p", "min_p",
+              "repeat_penalty")
+
+
+def age(seconds: Optional[float]) -> str:
+    """'just now', '40 s ago', '5 min ago', '3 h ago', '2 days ago'."""
+    if seconds is None:
+        return "at an unknown time"
+    s = max(seconds, 0.0)
+    if s < 5:
+        return "just now"
+    if s < 90:
+        return f"{s:.0f} s ago"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min ago"
+    if s < 36 * 3600:
+        return f"{s / 3600:.0f} h ago"
+    return f"{s / 86400:.0f} days ago"
+
+
+def stamp_age(stamp: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Seconds since a stored 'YYYY-MM-DD HH:MM' stamp (local time), or None."""
+    try:
+        then = time.mktime(time.strptime(str(stamp), "%Y-%m-%d %H:%M"))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return (now if now is not None else time.time()) - then
+
+
+def estimate(summary: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None,
+             now: Optional[float] = None) -> Optional[dict]:
+    """The model's speedup estimate for one speculative reply, with what it rests on; None if it cannot be
+    made (nothing drafted, or no way to time a plain target step)."""
+    if not summary.get("drafted") or not summary.get("spec_steps"):
+        return None
+    plain_steps = summary.get("steps", 0) - summary["spec_steps"]
+    if plain_steps >= MIN_PLAIN_STEPS and summary.get("t_verify", 0) > summary.get("t_verify_spec", 0):
+        t_step = (summary["t_verify"] - summary["t_verify_spec"]) / plain_steps
+        source = f"a plain target step timed in this reply ({plain_steps} plain steps, {1 / t_step:.1f} tok/s)"
+    elif baseline and baseline.get("tps"):
+        t_step = 1.0 / float(baseline["tps"])
+        source = (f"the plain speed measured {age(stamp_age(baseline.get('measured_at'), now))} "
+                  f"({float(baseline['tps']):.1f} tok/s)")
+    else:
+        return None
+    c, v, bound = costs(dict(summary), 1.0 / t_step)
+    if bound is None:
+        return None
+    return {"kind": "estimate", "speedup": bound, "alpha": summary.get("alpha"), "k": summary.get("mean_k"),
+            "c": c, "v": v, "source": source}
+
+
+def measured(summary: Mapping[str, Any], plain: Optional[Mapping[str, Any]], now: Optional[float] = None
+             ) -> Optional[dict]:
+    """The reply's tokens/s over a plain run of the same prompt (``plain``: tps, at, reply_at)."""
+    tps = summary.get("tokens_per_s") or 0.0
+    if not plain or not plain.get("tps") or not tps:
+        return None
+    after = (plain.get("at") or 0) - (plain.get("reply_at") or 0)
+    return {"kind": "measured", "speedup": tps / float(plain["tps"]), "plain_tps": float(plain["tps"]),
+            "source": f"a plain run of the same prompt {after:.0f} s after the reply "
+                      f"({float(plain['tps']):.1f} tok/s)"}
+
+
+def choose(summary: Mapping[str, Any], speculative: bool, plain: Optional[Mapping[str, Any]] = None,
+           baseline: Optional[Mapping[str, Any]] = None, now: Optional[float] = None) -> Optional[dict]:
+    """Measured if there is a plain run of this prompt, else the estimate; never with speculation off."""
+    if not speculative:
+        return None
+    return measured(summary, plain, now) or estimate(summary, baseline, now)
+
+
+def seconds_saved(summary: Mapping[str, Any], claim: Optional[Mapping[str, Any]]) -> Optional[float]:
+    """Decode time saved against plain decoding (negative: lost), from a measured or estimated speedup."""
+    t = summary.get("t_total") or 0.0
+    if not claim or not t:
+        return None
+    if claim["kind"] == "measured":
+        return summary.get("tokens", 0) / claim["plain_tps"] - t
+    return t * (claim["speedup"] - 1.0)
+
+
+def signature(pair_key: Optional[str], draft: Optional[str], resolved: Mapping[str, Any]) -> str:
+    """What a Compare's speedup depends on: the pair as loaded and the speed-relevant settings."""
+    return "|".join([str(pair_key), str(draft)] + [f"{k}={resolved.get(k)}" for k in SPEED_KEYS])
+
+
+def remember_compare(recent: dict, sig: str, payload: Mapping[str, Any], now: Optional[float] = None) -> None:
+    recent[f"compare|{sig}"] = {"speedup": payload.get("speedup"), "at": now if now is not None else time.time(),
+                                "prompt": payload.get("prompt", "")}
+
+
+def last_compare(recent: Mapping[str, Any], sig: str) -> Optional[dict]:
+    return recent.get(f"compare|{sig}")
