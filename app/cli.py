@@ -83,7 +83,11 @@ def _port(text: str) -> int:
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["ui", *argv]
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["test"] and not {"-h", "--help"} & set(argv[1:2]):
+        # everything after `test` goes to pytest as it is (argparse's REMAINDER refuses a leading `-k`)
+        args = argparse.Namespace(func=_test, pytest_args=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     if not getattr(args, "func", None):
         build_parser().print_help()
         return 2
