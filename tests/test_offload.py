@@ -130,7 +130,7 @@ def test_models_fit_place_shows_estimated_and_placed(smol_paths, capsys):
     assert placed["pair"] == "demo-smollm2" and t["requested"] == 0 and t["layers_placed"] == 0
     # the fit estimate of everything llama.cpp allocated is within 10 % of what it reports
     assert abs(t["estimated_bytes"] - t["used_bytes"]["CPU"]) < 0.1 * t["used_bytes"]["CPU"]
-    assert main(["models", "fit", "--place", "no-such-pair"]) == 1
+    assert main(["models", "fit", "--place", "no-such-pair"]) == 2  # one line through the CLI error path
     assert "unknown pair" in capsys.readouterr().err
 
 
