@@ -81,6 +81,31 @@ def test_steps_aside_where_verify_costs_a_step_per_token():
     assert sim.tokens >= 0.97 * len(sim.ks)  # what the probes cost, in steps, is a few per cent at most
 
 
+class SlowSpells(Sim):
+    """The machine has slow spells (another process takes the cores): every pass runs 3x slower for a while."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.spell = 0
+
+    def jitter(self, t: float) -> float:
+        if self.spell == 0 and self.rng.random() < 0.02:
+            self.spell = int(self.rng.integers(5, 40))
+        slow = 3.0 if self.spell > 0 else 1.0
+        self.spell = max(0, self.spell - 1)
+        return super().jitter(t) * slow
+
+
+def test_slow_spells_do_not_talk_a_paused_controller_into_drafting():
+    for seed in range(10):
+        sim = SlowSpells(0.9, t_draft=0.053, a=0.004, b=0.1, seed=seed)
+        length = sim.run(auto(), 100)
+        assert length.paused
+        drafted_before = sum(k > 0 for k in sim.ks)
+        sim.run(length, 1000)
+        assert sum(k > 0 for k in sim.ks) - drafted_before <= 12, (seed, sim.ks[100:])
+
+
 def test_pauses_when_acceptance_is_what_limits_and_says_so():
     sim = Sim(0.25, t_draft=0.4, a=1.0, b=0.1)
     length = sim.run(auto(), 300)

@@ -32,6 +32,7 @@ References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192); llama.cpp's
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Optional, Union
 
 from app.engine.stats import expected_tokens
@@ -64,6 +65,9 @@ class DraftLength:
         self.t_d: Optional[float] = None  # seconds per drafted token
         self._w = self._n = self._t = self._nn = self._nt = 0.0  # weighted sums for t_v(n) = a + b n
         self._w1 = self._wm = 0.0  # weights of plain (n = 1) and multi-token passes seen
+        self._plain: deque = deque(maxlen=2)  # the plain passes just before this step (cleared by others)
+        self.b_paired: Optional[float] = None  # verify slope in plain steps per extra token, each multi-token
+        # pass set against the plain passes just before it (so a slow spell of the machine cancels out)
         self.paused = False
         self.free_probe = False  # this step's draft should come from a free proposal (prompt lookup)
         self.gap, self.since_probe = GAP_MIN, 0
@@ -89,8 +93,11 @@ class DraftLength:
         return a, b
 
     def rates(self, alpha: Optional[float] = None) -> list[float]:
-        """Expected tokens per second for K = 0 .. k_max (K = 0: a plain step)."""
+        """Expected tokens per second for K = 0 .. k_max (K = 0: a plain step). While paused, the verify
+        slope is the steeper of the fit's and the paired one: resuming must convince both."""
         a, b = self.verify_cost()
+        if self.paused and self.b_paired is not None and self.b_paired * (a + b) > b:
+            a, b = max((a + b) * (1 - self.b_paired), 1e-6), (a + b) * self.b_paired
         alpha = min(self.alpha if alpha is None else alpha, 0.999)
         t_d = self.t_d or 0.0
         return [expected_tokens(alpha, k) / (k * t_d + a + b * (k + 1)) for k in range(self.k_max + 1)]
@@ -122,6 +129,13 @@ class DraftLength:
         self._nt = self._nt * FORGET_COST + n * t_verify
         if drafted:
             self._wm += 1.0
+            if self._plain:
+                t1 = min(self._plain)
+                slope = max(0.0, (t_verify - t1) / (n - 1) / t1)
+                self.b_paired = slope if self.b_paired is None else 0.5 * self.b_paired + 0.5 * slope
+            self._plain.clear()  # pair only with plain passes right before a multi-token one
+        else:
+            self._plain.append(t_verify)
         if drafted and not self.free_probe:  # a free probe says nothing about the draft model
             judged = min(accepted + 1, drafted)
             self.accepted = self.accepted * FORGET_ALPHA + accepted
