@@ -7,13 +7,13 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
 
 from app.engine import limits
-from app.engine.bench import BenchConfig, PromptFileError, load_prompts, run_bench
-from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
+from app.lab.bench import BenchConfig, PromptFileError, load_prompts, run_bench
+from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
 from app.engine.sampling import SamplerSettings
-from app.offload import add_gpu_args
+from app.models.offload import add_gpu_args
+from app.numfmt import fmt as _f
 
 
 def k_value(text: str):
@@ -33,9 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k-max", type=limits.arg("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
     p.add_argument("--p-min", type=limits.arg("p_min"), default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
     p.add_argument("--temperature", type=limits.arg("temperature"), default=0.0)
-    p.add_argument("--rule", choices=("rejection", "match"), default="rejection", help="verification at T>0")
+    p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
     p.add_argument("--seed", type=limits.arg("seed"), default=0)
-    p.add_argument("--proposer", choices=("draft", "lookup"), default="draft")
+    p.add_argument("--proposer", choices=PROPOSERS, default=PROPOSERS[0])
     p.add_argument("--repeats", type=limits.arg("repeats"), default=1)
     p.add_argument("--threads", type=limits.arg("threads"), default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=limits.arg("ctx"), default=4096, help="context size")
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from app.models.provision import ensure_pair
-    from app.offload import load_pair
+    from app.models.offload import load_pair
 
     try:
         prompts = load_prompts(args.prompts_file, args.suite)
@@ -98,10 +98,6 @@ def _progress(done: int, total: int, what: str) -> None:
 def reproduce_command(argv: list[str]) -> str:
     args = argv[1:] if argv and argv[0].endswith("launcher.py") else argv
     return "python launcher.py " + " ".join(shlex.quote(a) for a in args if a)
-
-
-def _f(value: Optional[float], spec: str = ".2f", suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
 def format_table(r: dict) -> str:

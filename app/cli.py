@@ -17,7 +17,7 @@ COMMANDS = ("ui", "serve", "setup", "bench", "models", "tune", "test")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="launcher.py", description="Tandem: local speculative decoding.")
     sub = parser.add_subparsers(dest="command")
-    from app.offload import add_gpu_args
+    from app.models.offload import add_gpu_args
 
     ui = sub.add_parser("ui", help="start the app (the default)")
     ui.add_argument("--host", default="127.0.0.1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -35,3 +36,20 @@ def downloads_dir() -> Path:
 
 def settings_file() -> Path:
     return home() / "settings.json"
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object stored by ``write_json``; ``{}`` when the file is missing, unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json(path: Path, data: dict, indent: int = 1, sort_keys: bool = False) -> None:
+    """Write ``data`` atomically: a sibling temporary file, then one rename (readers never see half a file)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent, sort_keys=sort_keys), encoding="utf-8")
+    os.replace(tmp, path)

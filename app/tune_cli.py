@@ -13,7 +13,7 @@ from typing import Optional
 from app.bench_cli import _f, reproduce_command
 from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
-from app.offload import add_gpu_args
+from app.models.offload import add_gpu_args
 
 
 def _p_mins(text: str) -> tuple:
@@ -29,7 +29,7 @@ def _p_mins(text: str) -> tuple:
 
 
 def _ks(text: str) -> str:
-    from app.engine.tune import parse_ks
+    from app.lab.tune import parse_ks
 
     try:
         parse_ks(text)
@@ -74,11 +74,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from app.engine.bench import PromptFileError
-    from app.engine.lab import LabRequest, plan, run_lab
-    from app.engine.tuned import describe_machine, machine_info
+    from app.lab.bench import PromptFileError
+    from app.lab.lab import LabRequest, plan, run_lab
+    from app.lab.tuned import describe_machine, machine_info
     from app.models.provision import ensure_pair
-    from app.offload import load_pair
+    from app.models.offload import load_pair
 
     entry, target, draft = ensure_pair(args.pair)
     req = LabRequest(drafts=args.drafts, ks=args.k, suite=args.suite, prompts_file=args.prompts_file,
@@ -152,7 +152,7 @@ def _duration(seconds: float) -> str:
 
 
 def format_cells(r: dict) -> str:
-    from app.engine.report import k_label
+    from app.lab.report import k_label
 
     head = (f"{'draft':<28} {'K':>9} {'speedup':>8} {'spread':>11} {'accept':>7} {'tok/pass':>8} "
             f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'tok/s':>6}")
@@ -175,7 +175,7 @@ def format_cells(r: dict) -> str:
 
 
 def format_recommendations(r: dict) -> str:
-    from app.engine.report import recommendation_line
+    from app.lab.report import recommendation_line
 
     lines = ["recommendation (best median speedup):"]
     for cat, rec in r["recommendations"].items():
@@ -184,8 +184,8 @@ def format_recommendations(r: dict) -> str:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from app.engine.history import History
-    from app.engine.report import compare_markdown, recommendation_line
+    from app.lab.history import History
+    from app.lab.report import compare_markdown, recommendation_line
 
     hist = History()
     if args.delete:

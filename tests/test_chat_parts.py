@@ -190,8 +190,8 @@ def test_corrected_events_carry_the_drafts_token(smol_pair):
 def test_make_it_faster_sweeps_and_applies_without_saving(smol_pair, smol_paths, tmp_path, monkeypatch):
     from pathlib import Path
 
-    from app.engine.lab import LabRequest
-    from app.engine.tuned import load_tuned
+    from app.lab.lab import LabRequest
+    from app.lab.tuned import load_tuned
     from app.ui.faster import make_faster
     from app.ui.state import AppState
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.engine.backend import ContextFullError, Model
-from app.engine.bench import builtin_suite
+from app.lab.bench import builtin_suite
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
@@ -133,8 +133,10 @@ def test_prompt_past_the_context_is_a_clear_error(smol_paths):
 def test_generation_stops_at_the_context_end(smol_paths):
     with Pair.load(smol_paths[0], smol_paths[1], load_options(n_ctx=256)) as pair:
         prompt = pair.completion_prompt("word " * 200)
-        out, _ = _run(pair, prompt, max_tokens=500, k=8)
-        assert 0 < len(prompt) + len(out) <= pair.target.n_ctx
+        pair.reset()
+        done = [ev for ev in pair.generate(prompt, GenConfig(max_tokens=500, k=8)) if isinstance(ev, DoneEvent)][-1]
+        assert done.reason == "context"
+        assert len(prompt) + len(done.tokens) == pair.target.n_ctx
 
 
 def test_stop_event_ends_within_one_step(smol_pair):
@@ -188,7 +190,7 @@ def test_greedy_with_a_repetition_penalty_stays_lossless(smol_pair):
 
 def test_bare_reference_loops_decode_what_tandem_decodes(smol_pair, smol_paths):
     """The benchmark's reference decoders must be lossless too, or comparing speed with them means nothing."""
-    from app.engine.reference import bare_greedy, bare_speculative
+    from app.lab.reference import bare_greedy, bare_speculative
 
     target_path, draft_path = smol_paths
     prompt = builtin_suite("code")[0].tokens(smol_pair)

@@ -9,9 +9,9 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from app.engine.history import History
-from app.engine.lab import run_lab
-from app.engine.tune import LOOKUP, Candidate, TuneConfig
+from app.lab.history import History
+from app.lab.lab import run_lab
+from app.lab.tune import LOOKUP, Candidate, TuneConfig
 from app.models import compat, ggufheader, library, meta
 from app.models.ggufheader import GGUFError
 from test_models_gguf import write_tiny
@@ -75,7 +75,7 @@ def test_half_and_corrupt_models_are_refused_everywhere(home, tmp_path, smol_pat
 
 
 def test_a_sweep_shows_a_failed_draft_and_stores_no_run_as_failed(home, smol_pair, smol_paths, tmp_path):
-    from app.engine.bench import builtin_suite
+    from app.lab.bench import builtin_suite
     from app.tune_cli import format_cells
 
     half = cut(smol_paths[1], tmp_path / "half.gguf")

@@ -79,7 +79,7 @@ def test_every_door_names_the_setting_and_its_range():
 PARSE = textwrap.dedent("""
     import contextlib, io, json, sys
     from app.cli import build_parser
-    from app.engine.tune import parse_ks
+    from app.lab.tune import parse_ks
 
     out = {}
     for text in ("1-1000000000", "1," * 1000, "1-3,64,AUTO"):
@@ -124,7 +124,7 @@ CHILD = textwrap.dedent("""
     import json, sys
     import gradio as gr
     from app.engine.backend import LoadOptions
-    from app.engine.lab import LabRequest, plan
+    from app.lab.lab import LabRequest, plan
     from app.engine.loop import GenConfig
     from app.engine.pair import Pair
     from app.models.provision import ensure_pair

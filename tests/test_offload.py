@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app import offload
+from app.models import offload
 from app.cli import build_parser
 from app.engine import placement
 from app.models import advice, catalog, fit

@@ -14,7 +14,8 @@ import urllib.request
 
 import pytest
 
-from ui_server import ARTIFACTS, ROOT, _free_port, _stop, app_url
+from app.ui.ports import ephemeral_port
+from ui_server import ARTIFACTS, ROOT, _stop, app_url
 
 openai = pytest.importorskip("openai")
 gradio_client = pytest.importorskip("gradio_client")
@@ -214,7 +215,7 @@ KEY = "test-key-123"
 
 @pytest.fixture(scope="module")
 def served():
-    port = _free_port()
+    port = ephemeral_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "api-server.log", "w")
     env = dict(os.environ, TANDEM_QUIET="1")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import tune
-from app.engine.history import History
-from app.engine.lab import LabRequest, plan, run_lab
+from app.lab import tune
+from app.lab.history import History
+from app.lab.lab import LabRequest, plan, run_lab
 from app.engine.stats import leviathan_bound
-from app.engine.tuned import load_tuned
+from app.lab.tuned import load_tuned
 
 CELL_KEYS = {"draft", "k", "speedup", "acceptance_rate", "mean_accepted", "c", "v", "bound", "per_position",
              "tps", "speedup_min", "speedup_max", "prompts"}
@@ -180,7 +180,7 @@ def test_candidates_are_the_installed_compatible_drafts_and_lookup(smol_pair, sm
 
 
 def test_tuned_settings_are_per_machine_and_pair(home):
-    from app.engine.tuned import machine_info, save_tuned
+    from app.lab.tuned import machine_info, save_tuned
 
     here = machine_info()
     other = dict(here, cpu="another CPU", fingerprint="0123456789ab")

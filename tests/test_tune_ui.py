@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # loopback only: no 
 gr = pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from app.ui.ports import ephemeral_port  # noqa: E402
 
 
 @pytest.fixture
@@ -32,7 +27,7 @@ def tab_app(smol_pair, smol_paths, tmp_path, monkeypatch):
         with gr.Tab("Benchmark"):
             applied = bench_tab.build(state)
     assert applied is not None  # the app chains "Use this" to the open Chat through it
-    port = _free_port()
+    port = ephemeral_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
         yield f"http://127.0.0.1:{port}/", state
@@ -41,8 +36,8 @@ def tab_app(smol_pair, smol_paths, tmp_path, monkeypatch):
 
 
 def test_tune_endpoint_end_to_end(tab_app, smol_paths):
-    from app.engine.history import History
-    from app.engine.tuned import load_tuned
+    from app.lab.history import History
+    from app.lab.tuned import load_tuned
 
     url, state = tab_app
     client = gradio_client.Client(url, verbose=False)

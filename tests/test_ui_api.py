@@ -35,12 +35,16 @@ def test_chat_with_history_and_speculation_off(client):
 
 
 def test_chat_streams_partial_results(client):
-    job = client.submit("Count from one to ten.", [], {"temperature": 0, "max_tokens": 32}, api_name="/chat")
+    job = client.submit("Write a long story about a lighthouse keeper.", [],
+                        {"temperature": 0, "max_tokens": 160, "k": 4}, api_name="/chat")
     outputs = list(job)
     final = job.result()
     assert final["status"] == "done"
-    assert len(outputs) >= 1
-    assert final["text"].startswith(outputs[-1]["text"][:1])
+    partial = [o["text"] for o in outputs if o["status"] == "running" and o["text"]]
+    assert len(set(partial)) >= 2, f"expected several partial updates before done, got {len(partial)}"
+    assert all(len(a) <= len(b) for a, b in zip(partial, partial[1:]))  # each one extends the one before
+    assert all(final["text"].startswith(p) for p in partial)
+    assert len(partial[0]) < len(final["text"])
 
 
 def test_compare_at_temperature_zero_is_identical(client):

@@ -6,7 +6,6 @@ import atexit
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,16 +14,11 @@ import urllib.request
 from pathlib import Path
 
 from app.testing import gpu_layers, test_home
+from app.ui.ports import ephemeral_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 _server: dict = {}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def private_home() -> Path:
@@ -42,7 +36,7 @@ def app_url(timeout: float = 300.0) -> str:
     """URL of the running app, starting it on first use (TANDEM_HOME = the test cache)."""
     if "url" in _server:
         return _server["url"]
-    port = _free_port()
+    port = ephemeral_port()
     env = dict(os.environ, TANDEM_HOME=str(private_home()), TANDEM_QUIET="1")
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "app-server.log", "w")

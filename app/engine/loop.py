@@ -5,6 +5,7 @@ with logits for those K+1 rows only; a verification rule (``verify.py``) accepts
 next token; the target's KV cache is rolled back past the rejected tokens (checked). Speculation off is the
 same loop with an empty draft, so plain and speculative decoding share every line that could change output.
 
+The target is anything with the ``Target`` protocol (``target.py``): the loaded ``Model``, or a fake in tests.
 Invariant: the target's KV cache holds ``tokens[:-1]``; ``tokens[-1]`` is the pending token whose logits the
 next pass computes.
 """
@@ -19,16 +20,18 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from app.engine import limits
-from app.engine.backend import ContextFullError, Model, RollbackError
+from app.engine.backend import ContextFullError, RollbackError
 from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
 from app.engine.proposers import Draft, PromptLookupProposer, Proposer
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats
+from app.engine.target import Target
 from app.engine.text import Utf8Stream
 from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
 
-RULES = ("rejection", "match")
+RULES = ("rejection", "match")  # verification rules at T > 0
+PROPOSERS = ("draft", "lookup")  # who drafts: the draft model, or prompt lookup
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
 DEFAULT_K_MAX = 16
@@ -58,8 +61,8 @@ class GenConfig:
         limits.check("p_min", self.p_min)
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
-        if self.proposer not in ("draft", "lookup"):
-            raise ValueError(f"proposer must be 'draft' or 'lookup', not {self.proposer!r}")
+        if self.proposer not in PROPOSERS:
+            raise ValueError(f"proposer must be one of {PROPOSERS}, not {self.proposer!r}")
         return self
 
 
@@ -98,7 +101,7 @@ def judge(logits: np.ndarray, draft: Draft, history: Sequence[int], cfg: GenConf
     return rejection_sample(p, draft.q, draft.tokens, rng)
 
 
-def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
+def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
              stop: Optional[threading.Event] = None, baseline_tps: Optional[float] = None,
              on_prefill: Optional[Callable[[float], None]] = None,
              length: Optional[DraftLength] = None) -> Iterator[Event]:
@@ -188,7 +191,6 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
                             paused=paused, probe=probe, limit=length.limit() if paused else None)
         stats.add(step_ev)
-        stats.t_total += step_ev.t_step
         step += 1
         text.extend(e.text for e in events)
         yield from events
@@ -203,7 +205,7 @@ def generate(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Opt
                     tokens=tuple(tokens[len(prompt):]))
 
 
-def run(target: Model, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
+def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
         baseline_tps: Optional[float] = None, length: Optional[DraftLength] = None) -> tuple[list[int], dict]:
     """Run a whole generation; (generated token ids, stats summary, with speedup if a baseline is given)."""
     done = None

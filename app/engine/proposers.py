@@ -96,7 +96,7 @@ class DraftModelProposer:
         return draft
 
     def close(self) -> None:
-        self.model.close()
+        """Nothing to free: the draft model belongs to whoever loaded it (the Pair closes it)."""
 
 
 class PromptLookupProposer:

@@ -66,6 +66,7 @@ class Stats:
         self.accepted += ev.accepted
         self.t_draft += ev.t_draft
         self.t_verify += ev.t_verify
+        self.t_total += ev.t_step
         self.paused_steps += ev.paused
         self.probe_steps += ev.probe
         if ev.paused and ev.limit:

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--place", nargs="?", const="", metavar="PAIR",
                    help="also load an installed pair (default: the catalog's default) with the GPU layers below "
                         "and show what llama.cpp placed next to the estimate")
-    from app.offload import add_gpu_args
+    from app.models.offload import add_gpu_args
 
     add_gpu_args(f)
 
@@ -203,7 +203,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     print(hardware.summary(machine) + (" (given on the command line)" if machine.source == "given" else ""))
     _table(rows)
     if placed:
-        from app.offload import report_lines
+        from app.models.offload import report_lines
 
         print(f"placed {placed['pair']}: {placed['decision']}")
         for line in report_lines(placed):
@@ -218,7 +218,7 @@ def _place(args: argparse.Namespace, machine):
     from app.models import fileops
     from app.models.catalog import load
     from app.models.provision import model_path
-    from app.offload import choose, gpu_report
+    from app.models.offload import choose, gpu_report
 
     cat = load()
     pid = args.place or cat.default_pair().id

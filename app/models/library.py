@@ -4,7 +4,6 @@ their GGUF headers, and the pairs the user has checked. Kept in ``library.json``
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import threading
@@ -38,9 +37,7 @@ def _read() -> dict[str, Any]:
 
 
 def _write(data: dict[str, Any]) -> None:
-    tmp = library_file().with_name("library.json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, library_file())
+    paths.write_json(library_file(), data, indent=1, sort_keys=True)
 
 
 def slug(text: str) -> str:

@@ -6,9 +6,7 @@ loads it, builds the UI and serves it on the first free port from ``port``.
 
 from __future__ import annotations
 
-import importlib
 import os
-import socket
 import sys
 from typing import Optional
 
@@ -17,12 +15,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and privat
 import gradio as gr  # noqa: E402
 
 from app.engine.backend import LoadOptions  # noqa: E402
-from app.ui import api, chat_tab, compare_tab, pair_tab, panel  # noqa: E402
-from app.ui.runner import describe_error  # noqa: E402
+from app.ui import api, bench_tab, chat_tab, compare_tab, models_tab, pair_tab, panel  # noqa: E402
+from app.ui.ports import free_port  # noqa: E402
+from app.ui.runner import GEN, describe_error  # noqa: E402
 from app.ui.state import AppState, backend_name, session_key  # noqa: E402
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-GEN = dict(concurrency_id="generation", concurrency_limit=1)
 
 
 def say(message: str) -> None:
@@ -34,27 +32,6 @@ def theme() -> gr.themes.Base:
     mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
     return gr.themes.Soft(primary_hue="emerald", secondary_hue="sky", neutral_hue="slate", font=system,
                           font_mono=mono, radius_size="md", spacing_size="sm", text_size="md")
-
-
-def _optional_tab(name: str, state: AppState):
-    """Build another engineer's tab if its module exists and exposes build(state) (returning what build
-    returns); never break ours."""
-    try:
-        module = importlib.import_module(f"app.ui.{name}")
-    except ImportError as exc:
-        if exc.name and exc.name.endswith(name):
-            gr.Markdown("Not available in this build.")
-            return
-        gr.Markdown(f"This tab could not be loaded: {panel.esc(describe_error(exc))}")
-        return
-    build = getattr(module, "build", None)
-    if not callable(build):
-        gr.Markdown("Not available in this build.")
-        return
-    try:
-        return build(state)
-    except Exception as exc:  # pragma: no cover - depends on the other tab
-        gr.Markdown(f"This tab failed to build: {panel.esc(describe_error(exc))}")
 
 
 def build_app(state: AppState) -> gr.Blocks:
@@ -69,9 +46,9 @@ def build_app(state: AppState) -> gr.Blocks:
             with gr.Tab("Pair settings", id="pair"):
                 pair_info, pair_loaded = pair_tab.build(state)
             with gr.Tab("Models", id="models"):
-                _optional_tab("models_tab", state)
+                models_tab.build(state)
             with gr.Tab("Benchmark", id="bench"):
-                tuned = _optional_tab("bench_tab", state)
+                tuned = bench_tab.build(state)
         pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False,
                          show_progress="hidden")
         if tuned is not None:  # "Use this" or a full sweep changed the defaults: the open Chat and Compare follow
@@ -135,17 +112,6 @@ def _api_endpoints(state: AppState) -> None:
 
     chat_btn.click(chat, [message, history, settings], [chat_out], api_name="chat", **GEN)
     compare_btn.click(compare, [prompt, settings, runs], [compare_out], api_name="compare", **GEN)
-
-
-def free_port(host: str, start: int, tries: int = 50) -> int:
-    for port in range(start, start + tries):
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-                return port
-            except OSError:
-                continue
-    raise SystemExit(f"no free port in {start}..{start + tries - 1} on {host}")
 
 
 def startup_pair(state: AppState, pair_id: Optional[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from app.engine.bench import measure
+from app.lab.bench import measure
 from app.engine.loop import GenConfig
 from app.engine.sampling import SamplerSettings
 from app.ui.state import AppState

@@ -6,26 +6,23 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 from typing import Optional
 
 import gradio as gr
 
-from app.engine.bench import CATEGORIES
-from app.engine.history import History
-from app.engine.lab import LabRequest, plan, run_lab, tuned_settings
-from app.engine.report import compare_markdown, k_label, recommendation_line
-from app.engine.tuned import describe_machine, load_tuned, machine_info, save_tuned
+from app.lab.bench import CATEGORIES
+from app.lab.history import History
+from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
+from app.lab.report import compare_markdown, k_label, recommendation_line
+from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.ui.faster import use_draft
+from app.ui.panel import _fmt as _f
+from app.ui.runner import GEN
+from app.ui.state import session_key
 
-GEN = dict(concurrency_id="generation", concurrency_limit=1)
 CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
 RUN_HEADERS = ["id", "when", "pair", "status", "kind", "best"]
-
-
-def _f(value, spec: str = ".2f", suffix: str = "") -> str:
-    return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
 def cells_rows(result: Optional[dict]) -> list[list]:
@@ -113,10 +110,14 @@ def apply_recommendation(state, result: Optional[dict], cat: Optional[str]) -> s
             f"saved as this machine's default.{note}")
 
 
+def _cancel_key(request) -> str:
+    """The stop switch of one browser session's sweep (Cancel in another tab or browser leaves it running)."""
+    return "bench:" + session_key(request, "api")
+
+
 def build(state):
     """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults). Returns a
     hidden number that changes whenever the defaults of Chat and Compare do ("Use this", a full sweep)."""
-    cancel = threading.Event()
     hist_holder: dict = {}
 
     def hist() -> History:
@@ -174,14 +175,14 @@ def build(state):
         report_file = gr.File(label="Report (Markdown + plots + CSV, zip)", interactive=False)
     current = gr.State(None)
 
-    def tune(drafts: str, ks: str, suite: str, max_tokens, temperature: float, quick: bool,
+    def tune(drafts: str, ks: str, suite: str, max_tokens, temperature: float, quick: bool, request: gr.Request,
              progress=gr.Progress()) -> dict:
         """Sweep drafts × K on the loaded pair; returns cells, best, recommendations, partial, run_id, files."""
         if state.pair is None:
             raise gr.Error("No pair is loaded: load one in Pair settings first.")
         if not state.generation_lock.acquire(timeout=1.0):
             raise gr.Error("A generation is running; try again when it has finished.")
-        cancel.clear()
+        cancel = state.stop_event(_cancel_key(request))  # a fresh switch; only this session's Cancel sets it
         try:
             progress(0.0, desc="planning the sweep (checking which installed models can draft)")
             try:
@@ -216,8 +217,8 @@ def build(state):
         .then(render, [result_json], outputs, api_visibility="private", show_progress="hidden") \
         .then(after_sweep, [result_json, applied], [applied], api_visibility="private", show_progress="hidden")
 
-    def do_cancel():
-        cancel.set()
+    def do_cancel(request: gr.Request):
+        state.request_stop(_cancel_key(request))
         return "Cancelling after the current run… the partial result is kept in the history."
 
     cancel_btn.click(do_cancel, None, [status], queue=False, api_visibility="private")
@@ -225,7 +226,7 @@ def build(state):
     def list_drafts():
         if state.pair is None:
             return "No pair is loaded."
-        from app.engine.lab import discover
+        from app.lab.lab import discover
 
         skipped: list = []
         found = discover(state.pair, lambda name, why: skipped.append(f"- {name}: {why}"))

@@ -14,10 +14,9 @@ from app.engine.events import KINDS
 from app.ui import api, controls, panel, reply, speedup
 from app.ui import settings as S
 from app.ui.chatqueue import Sessions
-from app.ui.runner import describe_error
+from app.ui.runner import GEN, describe_error
 from app.ui.state import AppState, session_key
 
-GEN = dict(concurrency_id="generation", concurrency_limit=1)
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
 EMPTY = "Ask something. Each reply is coloured by where its tokens came from; click a red one to see what " \
         "the draft had proposed."

@@ -9,8 +9,8 @@ import gradio as gr
 
 from app.ui import api, controls, panel, race, speedup
 from app.ui import settings as S
-from app.ui.chat_tab import GEN, WAITING
-from app.ui.runner import describe_error
+from app.ui.chat_tab import WAITING
+from app.ui.runner import GEN, describe_error
 from app.ui.state import AppState, session_key
 
 EXAMPLES = [

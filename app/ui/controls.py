@@ -7,10 +7,11 @@ from typing import Any
 
 import gradio as gr
 
+from app.engine.loop import DEFAULT_K_MAX
 from app.ui import settings as S
 from app.ui.state import AppState
 
-K_CHOICES = ["auto"] + [str(k) for k in range(1, 17)]
+K_CHOICES = ["auto"] + [str(k) for k in range(1, DEFAULT_K_MAX + 1)]
 TUNED = ("speculative", "proposer", "k", "p_min")  # what a Pair lab recommendation sets
 
 

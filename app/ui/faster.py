@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from app import paths
-from app.engine.lab import LabRequest, plan, run_lab, tuned_settings
-from app.engine.report import recommendation_line
+from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
+from app.lab.report import recommendation_line
 from app.ui.state import AppState
 
 APPLIED = ("speculative", "proposer", "k", "p_min")

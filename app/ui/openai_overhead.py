@@ -11,7 +11,6 @@ and what the server reports in ``timings``), and the overhead = 1 − server / d
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 import threading
 import time
@@ -19,16 +18,11 @@ import urllib.request
 from typing import Optional
 
 from app.engine.backend import LoadOptions
-from app.engine.bench import builtin_suite
+from app.lab.bench import builtin_suite
 from app.engine.loop import run as run_engine
 from app.ui import settings as S
+from app.ui.ports import ephemeral_port
 from app.ui.state import AppState
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start_server(state: AppState) -> tuple[str, object]:
@@ -37,7 +31,7 @@ def _start_server(state: AppState) -> tuple[str, object]:
     from app.ui.openai_server import build
 
     app, _ = build(state)
-    port = _free_port()
+    port = ephemeral_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
     threading.Thread(target=server.run, name="tandem-api", daemon=True).start()
     url = f"http://127.0.0.1:{port}"

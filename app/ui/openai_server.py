@@ -7,7 +7,6 @@ checks as ``Authorization: Bearer <key>``.
 
 from __future__ import annotations
 
-import socket
 from typing import Optional
 
 from fastapi import FastAPI
@@ -15,6 +14,7 @@ from fastapi import FastAPI
 from app.engine.backend import LoadOptions
 from app.ui.app import LOOPBACK, say, startup_pair
 from app.ui.openai_api import OpenAIApi, mount
+from app.ui.ports import port_is_free
 from app.ui.state import AppState
 
 DEFAULT_PORT = 8080
@@ -29,16 +29,6 @@ def check_exposure(host: str, api_key: Optional[str]) -> None:
 def build(state: AppState, api_key: Optional[str] = None) -> tuple[FastAPI, OpenAIApi]:
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     return app, mount(app, state, api_key)
-
-
-def port_is_free(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
 
 
 def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Optional[str] = None,

@@ -9,10 +9,13 @@ from typing import Optional
 
 import gradio as gr
 
-from app import offload, paths
+from app import paths
+from app.models import offload
 from app.engine import limits
 from app.engine.backend import LoadOptions
-from app.engine.vocab import GGUF_TOKENIZER_MODELS, VocabInfo, check
+from app.engine.vocab import VocabInfo, check
+from app.models import library, meta
+from app.models.catalog import load as load_catalog
 from app.ui import panel
 from app.ui.baseline import warm_up
 from app.ui.runner import describe_error
@@ -38,15 +41,10 @@ def load_offloaded(state: AppState, target, draft, want: tuple, n_ctx: int, n_th
 def installed_models() -> dict[str, str]:
     """{label: path} of the GGUF models on disk (the model library's list when it is available)."""
     found: dict[str, str] = {}
-    try:  # the model manager's library (catalog files and imported models)
-        from app.models import library
-
-        for rec in library.installed(with_meta=False):
-            p = Path(rec["path"])
-            if p.suffix == ".gguf" and p.is_file():
-                found[p.name] = str(p)
-    except Exception:  # the library is optional here: fall back to scanning the models folder
-        pass
+    for rec in library.installed(with_meta=False):  # catalog files and imported models
+        p = Path(rec["path"])
+        if p.suffix == ".gguf" and p.is_file():
+            found[p.name] = str(p)
     root = paths.models_dir()
     for p in sorted(root.rglob("*.gguf")):
         if ".part" not in p.name and p.is_file():
@@ -57,37 +55,16 @@ def installed_models() -> dict[str, str]:
 def catalog_pairs() -> dict[str, tuple[str, str, str]]:
     """{label: (pair id, target file, draft file)} for catalog pairs."""
     try:
-        from app.models.catalog import load
-
-        cat = load()
+        cat = load_catalog()
         return {f"{p.name} ({p.id})": (p.id, cat.models[p.target].file, cat.models[p.draft].file)
                 for p in cat.pairs.values() if p.target in cat.models and p.draft in cat.models}
-    except Exception:
+    except Exception:  # a broken catalog file: no catalog pairs to offer, the tab still works
         return {}
 
 
 @functools.lru_cache(maxsize=16)
 def _vocab(path: str, mtime: float) -> VocabInfo:
-    try:  # the model manager's GGUF header reader, when present
-        from app.models import meta
-
-        return meta.read(path)[1]
-    except ImportError:
-        pass
-    import gguf
-
-    fields = gguf.GGUFReader(path).fields
-
-    def val(key, default=None):
-        f = fields.get(key)
-        return default if f is None else f.contents()
-
-    vtype = GGUF_TOKENIZER_MODELS.get(str(val("tokenizer.ggml.model", "none")), "unknown")
-    tokens = list(val("tokenizer.ggml.tokens", []) or [])
-    return VocabInfo(vocab_type=vtype, n_vocab=len(tokens), bos_id=int(val("tokenizer.ggml.bos_token_id", -1)),
-                     eos_id=int(val("tokenizer.ggml.eos_token_id", -1)),
-                     add_bos=bool(val("tokenizer.ggml.add_bos_token", vtype == "spm")),
-                     add_eos=bool(val("tokenizer.ggml.add_eos_token", False)), tokens=tokens)
+    return meta.read(path)[1]  # the model manager's GGUF header reader
 
 
 def verdict(target: Optional[str], draft: Optional[str]) -> tuple[bool, str]:

@@ -7,11 +7,15 @@ builds HTML from model text.
 
 from __future__ import annotations
 
+import functools
 import html
 from typing import Optional, Sequence
 
 from app.engine.events import KINDS
+from app.numfmt import fmt
 from app.ui.style import CSS, HEAD  # noqa: F401  (re-exported: the app serves them)
+
+_fmt = functools.partial(fmt, none="–")  # the UI's dash
 
 KIND_LABELS = {
     "accepted": ("accepted draft", "drafted by the draft model and verified by the target", "green tint"),
@@ -46,10 +50,6 @@ GLOSSARY = [
 def esc(text: object) -> str:
     """Escape text for HTML content and attribute values (quotes included)."""
     return html.escape(str(text), quote=True)
-
-
-def _fmt(value: Optional[float], spec: str = ".2f", suffix: str = "", none: str = "–") -> str:
-    return none if value is None else f"{value:{spec}}{suffix}"
 
 
 def legend_html(kinds: Sequence[str] = KINDS) -> str:

@@ -20,6 +20,8 @@ from app.engine.pair import Pair
 from app.engine.stats import Stats
 from app.ui.state import AppState
 
+GEN = dict(concurrency_id="generation", concurrency_limit=1)  # Gradio queue: one generation at a time
+
 _START, _END = "start", "end"
 
 

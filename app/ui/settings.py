@@ -12,20 +12,21 @@ from app.engine import limits
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.sampling import SamplerSettings
 
+_GEN = GenConfig()  # the engine's defaults
 DEFAULTS: dict[str, Any] = {
     "speculative": True,  # speculation on/off
-    "proposer": "draft",  # "draft" (the draft model) or "lookup" (prompt lookup)
-    "k": "auto",  # draft length: a positive integer or "auto"
+    "proposer": _GEN.proposer,  # "draft" (the draft model) or "lookup" (prompt lookup)
+    "k": _GEN.k,  # draft length: a positive integer or "auto"
     "k_max": DEFAULT_K_MAX,
     "p_min": DEFAULT_P_MIN,
-    "rule": "rejection",
+    "rule": _GEN.rule,
     "temperature": 0.0,
     "top_p": 1.0,
     "top_k": 0,
     "min_p": 0.0,
     "repeat_penalty": 1.0,
     "repeat_last_n": 64,
-    "max_tokens": 256,
+    "max_tokens": _GEN.max_tokens,
     "seed": None,  # None or -1: a fresh seed each run
     "system": "",  # optional system prompt (chat)
 }

@@ -2,26 +2,23 @@
 
 Owned by the UI; tabs receive the AppState instance in ``build(state)``. It holds the loaded pair and how it
 was loaded, the generation lock (one generation at a time per loaded pair), per-session stop switches and the
-plain-decoding baselines (persisted under ``paths.home()``). Each browser session's chat history and
+key of the plain-decoding baselines (stored by ``app.lab.baselines``). Each browser session's chat history and
 comparisons live in that session's ``gr.State``.
 """
 
 from __future__ import annotations
 
-import json
 import platform
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from app import paths
 from app.engine.backend import BackendError, LoadOptions, active_backend
 from app.engine.pair import Pair
+from app.lab import baselines
 from app.ui.fifo import FifoLock
 
-BASELINE_FILE = "baselines.json"
 Progress = Callable[[float, str], None]  # (fraction 0..1, description)
 
 
@@ -148,7 +145,7 @@ class AppState:
 
     def baseline(self) -> Optional[dict]:
         key = self.baseline_key()
-        return _read_baselines().get(key) if key else None
+        return baselines.get(key) if key else None
 
     def baseline_tps(self) -> Optional[float]:
         b = self.baseline()
@@ -158,15 +155,7 @@ class AppState:
         key = self.baseline_key()
         if key is None:
             raise RuntimeError("no pair is loaded")
-        entry = {"tps": tps, "tokens": tokens, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
-                 "target": self.pair.target.path.name, "backend": backend_name()}
-        data = _read_baselines()
-        data[key] = entry
-        path = paths.home() / BASELINE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        tmp.replace(path)
-        return entry
+        return baselines.save(key, tps, tokens, self.pair.target.path.name, backend_name())
 
 
 def check_gguf(path: str | Path) -> None:
@@ -189,15 +178,6 @@ def backend_name() -> str:
 def _model_facts(model, n_gpu_layers: int) -> dict:
     return {"file": model.path.name, "desc": model.describe(), "size_bytes": model.size_bytes,
             "n_params": model.n_params, "n_ctx": model.n_ctx, "n_gpu_layers": n_gpu_layers}
-
-
-def _read_baselines() -> dict:
-    path = paths.home() / BASELINE_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def session_key(request, default: str = "anon") -> str:

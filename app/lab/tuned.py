@@ -11,7 +11,6 @@ fingerprint of exactly those, then by pair id::
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import threading
@@ -22,6 +21,7 @@ from typing import Any, Optional
 
 from app import paths
 from app.engine.loop import DEFAULT_P_MIN
+from app.models.hardware import ggml_devices
 
 TUNED_FILE = "tuned.json"
 SETTING_KEYS = ("proposer", "draft", "draft_id", "k", "p_min", "expected_speedup")
@@ -51,10 +51,8 @@ def _cpu_model() -> str:
 def _gpus() -> str:
     """The GPUs llama.cpp's ggml sees (names as ggml reports them), or 'none'."""
     try:
-        from app.models.hardware import ggml_devices
-
         names = [d.description or d.name for d in ggml_devices()]
-    except Exception:  # the model manager's probe is optional here
+    except Exception:  # a failed device probe: report none rather than fail the report
         names = []
     return ", ".join(names) or "none"
 
@@ -108,18 +106,11 @@ def tuned_path() -> Path:
 
 
 def _read() -> dict:
-    try:
-        data = json.loads(tuned_path().read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return paths.read_json(tuned_path())
 
 
 def _write(data: dict) -> None:
-    path = tuned_path()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    paths.write_json(tuned_path(), data, indent=2)
 
 
 def save_tuned(pair_id: str, settings: dict[str, Any], machine: Optional[dict] = None) -> dict:

@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from app import paths
-from app.engine import limits, tune
-from app.engine.bench import CATEGORIES, load_prompts
-from app.engine.history import History, artifacts_root
+from app.engine import limits
+from app.lab import tune
+from app.lab.bench import CATEGORIES, load_prompts
+from app.lab.history import History, artifacts_root
 from app.engine.loop import DEFAULT_P_MIN
 from app.engine.pair import Pair
-from app.engine.report import write_artifacts
+from app.lab.report import write_artifacts
 from app.engine.vocab import check
-from app.engine.tuned import machine_info, save_tuned, settings_from_recommendation
+from app.models import library, meta
+from app.models.ggufheader import GGUFError
+from app.lab.tuned import machine_info, save_tuned, settings_from_recommendation
 
 COMPAT_CACHE = "compat.json"
 
@@ -44,13 +47,7 @@ def _file_key(path: Path) -> str:
 def installed_files(pair: Pair) -> list[Path]:
     """Installed GGUF files: the model library's list (catalog, downloaded, imported, derived) when it is
     available, plus every ``*.gguf`` under the models directory and beside the target."""
-    found: list[Path] = []
-    try:
-        from app.models import library
-
-        found += [Path(rec["path"]) for rec in library.installed(with_meta=False)]
-    except Exception:  # no library (or an unreadable one): the folders below still count
-        pass
+    found: list[Path] = [Path(rec["path"]) for rec in library.installed(with_meta=False)]
     for folder in dict.fromkeys([paths.models_dir().resolve(), Path(pair.target.path).resolve().parent]):
         found += [p for p in sorted(folder.rglob("*.gguf")) if ".part" not in p.name]
     target = Path(pair.target.path).resolve()
@@ -60,9 +57,6 @@ def installed_files(pair: Pair) -> list[Path]:
 
 def _verdict(pair: Pair, target_vocab, path: Path) -> tuple[bool, str]:
     """llama.cpp's compatibility rule from the GGUF header (no weights loaded), else by opening the model."""
-    from app.models import meta
-    from app.models.ggufheader import GGUFError
-
     try:
         verdict = check(target_vocab, meta.read(path)[1])
         return bool(verdict.ok), verdict.reason

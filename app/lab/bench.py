@@ -72,7 +72,7 @@ def parse_prompts(lines: Sequence[str], source: str) -> list[Prompt]:
 
 
 def builtin_suite(category: str = "all") -> list[Prompt]:
-    text = resources.files("app.engine").joinpath("data/suite.jsonl").read_text(encoding="utf-8")
+    text = resources.files("app.lab").joinpath("data/suite.jsonl").read_text(encoding="utf-8")
     prompts = parse_prompts(text.splitlines(), "suite.jsonl")
     if category not in ("all", *CATEGORIES):
         raise PromptFileError(f"unknown suite {category!r}; choose all or one of {', '.join(CATEGORIES)}")
@@ -188,7 +188,7 @@ def encode(pair: Pair, prompts: Sequence[Prompt]) -> tuple[list[tuple[Prompt, li
 
 
 def _reference(kind: str, pair: Pair, tokens: list[int], cfg: GenConfig) -> float:
-    from app.engine import reference
+    from app.lab import reference
 
     max_tokens = cfg.max_tokens
     if kind == "bare-spec":

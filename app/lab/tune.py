@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from app.engine import limits
 from app.engine.backend import BackendError, LoadOptions, Model
-from app.engine.bench import Prompt, encode, measure, paused_share
+from app.lab.bench import Prompt, encode, measure, paused_share
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair, draft_options_for
 from app.engine.sampling import SamplerSettings

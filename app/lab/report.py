@@ -7,20 +7,13 @@ import json
 from pathlib import Path
 from typing import Optional, Sequence
 
-from app.engine import plots
+from app.lab import plots
+from app.numfmt import fmt as _fmt
 
 CSV_FILE, REPORT_FILE, JSON_FILE = "cells.csv", "report.md", "result.json"
 CSV_COLUMNS = ("draft", "proposer", "k", "p_min", "speedup", "speedup_min", "speedup_max", "acceptance_rate",
                "mean_accepted", "mean_k", "c", "v", "bound", "tps", "baseline_tps", "prompts", "complete",
                "paused", "per_position")
-
-
-def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:{spec}}{suffix}"
-    return str(value)
 
 
 def write_csv(cells: Sequence[dict], path: Path) -> Path:

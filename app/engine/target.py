@@ -1,0 +1,34 @@
+"""What the decode loop needs from the model it verifies with: the ``Target`` protocol.
+
+``backend.Model`` satisfies it; so does any object with these members (tests/fake_target.py is a numpy one
+that runs the loop's invariants in milliseconds). The KV cache semantics are the backend's: ``decode``
+appends at the end of what is cached, ``rollback(n)`` keeps the first ``n`` cached tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Protocol, Sequence
+
+import numpy as np
+
+
+class Target(Protocol):
+    n_ctx: int  # tokens the context (KV cache) holds
+    path: Path  # the model file (its name appears in errors)
+    recurrent: bool  # recurrent/hybrid memory cannot roll back: no speculation on it
+
+    def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
+        """Make the cache hold exactly ``tokens`` (keeping the common prefix)."""
+
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (-1,)) -> np.ndarray:
+        """Append ``tokens`` to the cache in one pass; the logits rows for the positions ``logits_for``."""
+
+    def rollback(self, n_keep: int) -> None:
+        """Keep the first ``n_keep`` cached tokens, drop the rest."""
+
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends generation (end of turn, end of text)."""
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes ``token`` stands for (may be part of a UTF-8 character)."""

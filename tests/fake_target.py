@@ -1,0 +1,61 @@
+"""A tiny numpy stand-in for the ``Target`` protocol (app/engine/target.py): a deterministic "language" over
+``V`` tokens where the most likely token after ``t`` is ``t + 1`` (mod V). It keeps a KV list like the
+backend's, so the loop's rollback invariant can be read off it, and costs microseconds per pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from app.engine.backend import ContextFullError
+
+
+class FakeTarget:
+    def __init__(self, n_ctx: int = 64, vocab: int = 64, eog: int = -1, spread: float = 4.0):
+        self.n_ctx, self.n_vocab, self.eog, self.spread = n_ctx, vocab, eog, spread
+        self.path = Path("fake-target.gguf")
+        self.recurrent = False
+        self.cached: list[int] = []
+        self.passes = 0
+
+    def next_token(self, token: int) -> int:
+        return (token + 1) % self.n_vocab
+
+    def _row(self, token: int) -> np.ndarray:
+        """Logits after ``token``: the next token clearly first, its neighbours behind (T > 0 can pick them)."""
+        dist = np.abs(np.arange(self.n_vocab) - self.next_token(token))
+        return (-self.spread * np.minimum(dist, self.n_vocab - dist)).astype(np.float32)
+
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (-1,)) -> np.ndarray:
+        if len(self.cached) + len(tokens) > self.n_ctx:
+            raise ContextFullError(f"{len(self.cached) + len(tokens)} tokens exceed the context of {self.n_ctx}")
+        self.passes += 1
+        self.cached.extend(tokens)
+        rows = [i % len(tokens) for i in logits_for] if tokens else []
+        return np.stack([self._row(tokens[i]) for i in rows]) if rows else np.empty((0, self.n_vocab), np.float32)
+
+    def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
+        if len(tokens) > self.n_ctx:
+            raise ContextFullError(f"{len(tokens)} tokens do not fit in the context of {self.n_ctx}")
+        keep = 0
+        while keep < min(len(self.cached), len(tokens)) and self.cached[keep] == tokens[keep]:
+            keep += 1
+        if need_logits and tokens:
+            keep = min(keep, len(tokens) - 1)
+        self.rollback(keep)
+        rest = list(tokens[keep:])
+        if not rest:
+            return None
+        rows = self.decode(rest, (-1,) if need_logits else ())
+        return rows[0].copy() if need_logits else None
+
+    def rollback(self, n_keep: int) -> None:
+        del self.cached[n_keep:]
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eog
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return f"<{token}>".encode()

@@ -1,0 +1,146 @@
+"""The decode loop's invariants on a numpy fake target (tests/fake_target.py): no model files, milliseconds.
+
+Rollback keeps the KV cache at ``tokens[:-1]``, a stop switch ends within one step, the context and EOG stop
+reasons, the provenance of each token for a scripted draft, and greedy speculative == plain."""
+
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, StepEvent, TokenEvent
+from app.engine.loop import GenConfig, generate
+from app.engine.proposers import Draft
+from app.engine.sampling import SamplerSettings
+
+from fake_target import FakeTarget
+
+GREEDY = SamplerSettings(temperature=0.0)
+PROMPT = [1, 2, 3]
+
+
+class ScriptedProposer:
+    """Drafts the fake's own continuation (``h + 1, h + 2, ...``), except at the draft positions ``wrong[step]``
+    lists, where it proposes a token the target will not choose."""
+
+    name = "scripted"
+
+    def __init__(self, vocab: int, wrong: dict[int, int] | None = None, empty_steps: Sequence[int] = ()):
+        self.vocab, self.wrong, self.empty_steps = vocab, wrong or {}, set(empty_steps)
+        self.step = 0
+
+    def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
+        self.step = 0
+
+    def propose(self, history, k, sampler, rng, sample) -> Draft:
+        step, self.step = self.step, self.step + 1
+        if step in self.empty_steps:
+            return Draft()
+        tokens = [(history[-1] + i + 1) % self.vocab for i in range(k)]
+        if step in self.wrong and self.wrong[step] < k:
+            tokens[self.wrong[step]] = (tokens[self.wrong[step]] + 7) % self.vocab
+        return Draft(tokens=tokens, probs=[0.5] * len(tokens), synced=1)
+
+    def close(self) -> None:
+        pass
+
+
+def events(target, cfg, proposer=None, stop=None, prompt=PROMPT):
+    return list(generate(target, prompt, cfg, proposer, stop=stop))
+
+
+def done_of(evs) -> DoneEvent:
+    assert isinstance(evs[-1], DoneEvent)
+    return evs[-1]
+
+
+def test_rollback_keeps_the_cache_at_all_tokens_but_the_pending_one():
+    target = FakeTarget(n_ctx=256)
+    proposer = ScriptedProposer(target.n_vocab, wrong={0: 1, 2: 0, 3: 2, 5: 1})
+    tokens, checked = list(PROMPT), 0
+    for ev in generate(target, PROMPT, GenConfig(max_tokens=40, sampler=GREEDY, k=4), proposer):
+        if isinstance(ev, TokenEvent) and ev.token >= 0:
+            tokens.append(ev.token)
+        elif isinstance(ev, StepEvent) and len(tokens) - len(PROMPT) < 40:  # (the last step may stop early)
+            assert target.cached == tokens[:-1], f"step {ev.step}"
+            checked += 1
+    assert checked > 5
+
+
+def test_a_stop_switch_ends_generation_within_one_step():
+    stop = threading.Event()
+    steps = 0
+    last = None
+    for ev in generate(FakeTarget(), PROMPT, GenConfig(max_tokens=50, sampler=GREEDY, k=3),
+                       ScriptedProposer(64), stop=stop):
+        if isinstance(ev, StepEvent):
+            steps += 1
+            stop.set()
+        last = ev
+    assert steps == 1
+    assert isinstance(last, DoneEvent) and last.reason == "stopped"
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_a_full_context_ends_with_the_context_reason(speculative):
+    target = FakeTarget(n_ctx=16)
+    done = done_of(events(target, GenConfig(max_tokens=100, sampler=GREEDY, k=4, speculative=speculative),
+                          ScriptedProposer(64)))
+    assert done.reason == "context"
+    assert len(PROMPT) + len(done.tokens) == target.n_ctx
+    assert len(target.cached) <= target.n_ctx
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_an_end_of_generation_token_ends_with_the_eog_reason(speculative):
+    target = FakeTarget(eog=10)
+    done = done_of(events(target, GenConfig(max_tokens=100, sampler=GREEDY, k=4, speculative=speculative),
+                          ScriptedProposer(64)))
+    assert done.reason == "eog"
+    assert list(done.tokens) == list(range(4, 10))  # up to, not including, the EOG token
+
+
+def test_provenance_kinds_follow_the_scripted_draft():
+    # step 0: all 3 accepted + bonus; step 1: 1 accepted, then corrected; step 2: no draft -> plain
+    target = FakeTarget()
+    proposer = ScriptedProposer(target.n_vocab, wrong={1: 1}, empty_steps=[2])
+    evs = events(target, GenConfig(max_tokens=7, sampler=GREEDY, k=3), proposer)
+    toks = [e for e in evs if isinstance(e, TokenEvent)]
+    assert [(e.token, e.kind, e.step) for e in toks] == [
+        (4, ACCEPTED, 0), (5, ACCEPTED, 0), (6, ACCEPTED, 0), (7, BONUS, 0),
+        (8, ACCEPTED, 1), (9, CORRECTED, 1),
+        (10, PLAIN, 2),
+    ]
+    corrected = toks[5]
+    assert corrected.draft_token == (9 + 7) % 64 and corrected.draft_pos == 1
+    assert [e.kind for e in events(FakeTarget(), GenConfig(max_tokens=3, sampler=GREEDY, speculative=False))
+            if isinstance(e, TokenEvent)] == [PLAIN] * 3
+    assert done_of(evs).reason == "max_tokens"
+
+
+def test_greedy_speculative_equals_plain_on_the_fake():
+    plain = done_of(events(FakeTarget(), GenConfig(max_tokens=30, sampler=GREEDY, speculative=False)))
+    for k in (1, 2, 5):
+        rng = np.random.default_rng(k)
+        wrong = {s: int(rng.integers(0, k)) for s in range(30) if rng.random() < 0.5}
+        spec = done_of(events(FakeTarget(), GenConfig(max_tokens=30, sampler=GREEDY, k=k),
+                              ScriptedProposer(64, wrong=wrong)))
+        assert spec.tokens == plain.tokens and spec.text == plain.text
+        assert spec.reason == plain.reason == "max_tokens"
+
+
+def test_the_draft_proposer_leaves_the_pairs_model_open():
+    from app.engine.proposers import DraftModelProposer
+
+    class Owned(FakeTarget):
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    model = Owned()
+    DraftModelProposer(model).close()
+    assert not model.closed
