@@ -15,7 +15,8 @@ def client():
 
 
 def test_chat_returns_text_stats_and_tokens(client):
-    out = client.predict("Name three fruits.", [], {"temperature": 0, "max_tokens": 24}, api_name="/chat")
+    # a fixed K drafts whatever the machine's load (auto K may pause speculation on a busy machine)
+    out = client.predict("Name three fruits.", [], {"temperature": 0, "max_tokens": 24, "k": 4}, api_name="/chat")
     assert out["text"].strip()
     assert 0.0 <= out["acceptance_rate"] <= 1.0
     assert out["mean_accepted"] >= 1.0
