@@ -207,6 +207,7 @@ class DraftLength:
                     f"is right — decoding plainly")
         best = max(range(1, self.k_max + 1), key=lambda k: r[k])
         v = (a + b * (best + 1)) / t1
-        return (f"the draft agrees with the target {self.alpha:.0%} of the time, costs {c:.2f} of a target step "
-                f"per token, and verifying {best + 1} tokens costs {v:.1f} steps: the best K ({best}) would run "
-                f"at {r[best] / r[0]:.2f}x — decoding plainly until that changes")
+        cost = f", costs {c:.2f} of a target step per token," if c >= 0.01 else ""  # (lookup costs nothing)
+        return (f"the draft agrees with the target {self.alpha:.0%} of the time{cost} and verifying {best + 1} "
+                f"tokens costs {v:.1f} steps: the best K ({best}) would run at {r[best] / r[0]:.2f}x — decoding "
+                f"plainly until that changes")
