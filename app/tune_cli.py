@@ -154,18 +154,18 @@ def _duration(seconds: float) -> str:
 def format_cells(r: dict) -> str:
     from app.lab.report import k_label
 
-    head = (f"{'draft':<28} {'K':>9} {'speedup':>8} {'spread':>11} {'accept':>7} {'tok/pass':>8} "
+    head = (f"{'draft':<28} {'K':>15} {'speedup':>8} {'spread':>11} {'accept':>7} {'tok/pass':>8} "
             f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'tok/s':>6}")
     lines = [head, "-" * len(head)]
     for c in sorted(r["cells"], key=lambda c: (c["draft"], str(c["k"]).zfill(4))):
         spread = f"{_f(c['speedup_min'])}-{_f(c['speedup_max'])}"
-        lines.append(f"{c['draft'][:28]:<28} {k_label(c)[:9]:>9} {_f(c['speedup'], '.2f', 'x'):>8} {spread:>11} "
+        lines.append(f"{c['draft'][:28]:<28} {k_label(c)[:15]:>15} {_f(c['speedup'], '.2f', 'x'):>8} {spread:>11} "
                      f"{_f(c['acceptance_rate'], '.1%'):>7} {_f(c['mean_accepted']):>8} {_f(c['c']):>5} "
                      f"{_f(c['v']):>5} {_f(c['bound'], '.2f', 'x'):>6} {_f(c.get('paused'), '.0%'):>6} "
                      f"{_f(c['tps'], '.1f'):>6}")
-    lines.append(f"{'off (plain decoding)':<28} {'-':>9} {'1.00x':>8}")
+    lines.append(f"{'off (plain decoding)':<28} {'-':>15} {'1.00x':>8}")
     for err in r.get("errors", []):  # a draft that could not be loaded or run: a failed row
-        lines.append(f"{err['draft'][:28]:<28} {'FAILED':>9}  {err['error']}")
+        lines.append(f"{err['draft'][:28]:<28} {'FAILED':>15}  {err['error']}")
     lines.append("-" * len(head))
     for text in sorted({c["limit"] for c in r["cells"] if c.get("limit")}):
         lines.append(f"auto K paused speculation: {text}")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from app.lab import plots
-from app.numfmt import fmt as _fmt
+from app.numfmt import fmt as _fmt, k_text
 
 CSV_FILE, REPORT_FILE, JSON_FILE = "cells.csv", "report.md", "result.json"
 CSV_COLUMNS = ("draft", "proposer", "k", "p_min", "speedup", "speedup_min", "speedup_max", "acceptance_rate",
@@ -35,9 +35,8 @@ def write_csv(cells: Sequence[dict], path: Path) -> Path:
 
 
 def k_label(rec: dict) -> str:
-    if rec.get("k") == "auto":
-        return f"auto (p_min {rec['p_min']:g})" if rec.get("p_min") is not None else "auto"
-    return str(rec.get("k"))
+    """A sweep cell's or recommendation's K (``numfmt.k_text``)."""
+    return k_text(rec.get("k"), p_min=rec.get("p_min"))
 
 
 def recommendation_line(rec: Optional[dict]) -> str:

@@ -12,7 +12,7 @@ import html
 from typing import Optional, Sequence
 
 from app.engine.events import KINDS
-from app.numfmt import fmt
+from app.numfmt import fmt, k_text
 from app.ui.style import CSS, HEAD  # noqa: F401  (re-exported: the app serves them)
 
 _fmt = functools.partial(fmt, none="–")  # the UI's dash
@@ -143,9 +143,7 @@ def counters_html(summary: dict, speculative: bool, claim: Optional[dict] = None
 
 
 def k_label(k: object, mean_k: Optional[float] = None) -> str:
-    if str(k) == "auto":
-        return f"K auto, mean {mean_k:.1f}" if mean_k else "K auto"
-    return f"K {k}"
+    return f"K {k_text(k, mean_k=mean_k)}"
 
 
 def reply_line(summary: dict, speculative: bool, proposer: str = "draft", k: object = "auto",
