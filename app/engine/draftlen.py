@@ -17,7 +17,7 @@ loop decodes plainly — output unchanged, since plain steps are ordinary target
   not yet vary.
 
 Measuring first, then choosing: the first step of a fresh controller is plain (t_v(1)), the second drafts
-``FIRST_K`` tokens (t_d, alpha and t_v(PROBE_K + 1)); from then on the argmax decides. While paused, *probes*
+``FIRST_K`` tokens (t_d, alpha and t_v(FIRST_K + 1)); from then on the argmax decides. While paused, *probes*
 keep the estimates measured, at exponentially growing gaps (``GAP_MIN`` .. ``GAP_MAX`` steps):
 - where even a perfect draft (alpha = 1) could not pay — verify cost rises about one target step per token,
   as on a CPU with a compute-bound target — only the verify cost needs watching, so the probe verifies a
@@ -55,11 +55,10 @@ class DraftLength:
     """The draft-length controller. Read :attr:`k` (and :attr:`free_probe`) before a step, then report the
     step with :meth:`update`."""
 
-    def __init__(self, k: Union[int, str], k_max: int, k_start: int = 8):
+    def __init__(self, k: Union[int, str], k_max: int):
         self.auto = k == "auto"
         self.k_max = max(1, k_max if self.auto else int(k))
         self.k = 0 if self.auto else int(k)  # a fresh auto controller measures a plain step first
-        self.k_start = min(k_start, self.k_max)
         self.accepted = PRIOR_ALPHA * PRIOR_TRIALS
         self.trials = PRIOR_TRIALS
         self.t_d: Optional[float] = None  # seconds per drafted token
@@ -135,6 +134,7 @@ class DraftLength:
                 self.b_paired = slope if self.b_paired is None else 0.5 * self.b_paired + 0.5 * slope
             self._plain.clear()  # pair only with plain passes right before a multi-token one
         else:
+            self._w1 += 1.0
             self._plain.append(t_verify)
         if drafted and not self.free_probe:  # a free probe says nothing about the draft model
             judged = min(accepted + 1, drafted)
@@ -143,8 +143,6 @@ class DraftLength:
             if synced <= 2:  # a long catch-up after a pause is a one-off cost, not a per-token one
                 per_token = t_draft / drafted
                 self.t_d = per_token if self.t_d is None else 0.8 * self.t_d + 0.2 * per_token
-        elif not drafted:
-            self._w1 += 1.0
         probed = self.probing and drafted > 0
         if self.probing and drafted == 0:  # the probe found nothing to propose: try again next step
             return
@@ -159,7 +157,7 @@ class DraftLength:
             self._probe(free=False, k=FIRST_K)
             return
         r = self.rates()
-        best = max(range(1, self.k_max + 1), key=lambda k: r[k])
+        best = self._best(r)
         was = self.paused
         self.paused = r[0] * (1 + SWITCH_MARGIN) > r[best] if not was else r[best] < r[0] * (1 + RESUME_MARGIN)
         if not self.paused:
@@ -176,6 +174,10 @@ class DraftLength:
         self.since_probe += 1
         if self.since_probe > self.gap:
             self._probe(free=free, k=1 if free else PROBE_K)
+
+    def _best(self, rates: list[float]) -> int:
+        """The K >= 1 with the highest expected rate."""
+        return max(range(1, self.k_max + 1), key=rates.__getitem__)
 
     def _probe(self, free: bool, k: int = PROBE_K) -> None:
         self.k, self.probing, self.free_probe = min(k, self.k_max), True, free
@@ -205,7 +207,7 @@ class DraftLength:
                     ([f"verifying {n} tokens costs {v:.1f} target steps"] if v > n / 2 else [])
             return (f"{' and '.join(parts)} on this machine: drafting cannot pay here, however often the draft "
                     f"is right — decoding plainly")
-        best = max(range(1, self.k_max + 1), key=lambda k: r[k])
+        best = self._best(r)
         v = (a + b * (best + 1)) / t1
         cost = f", costs {c:.2f} of a target step per token," if c >= 0.01 else ""  # (lookup costs nothing)
         return (f"the draft agrees with the target {self.alpha:.0%} of the time{cost} and verifying {best + 1} "
