@@ -18,7 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("TANDEM_VENV", ROOT / ".venv")).resolve()
-BACKEND_FLAGS = {"cuda": "-DGGML_CUDA=on", "metal": "-DGGML_METAL=on", "cpu": ""}
+# Every build has llama.cpp's RPC backend (the `worker` command and --rpc: a target split over machines).
+RPC = "-DGGML_RPC=ON"
+BACKEND_FLAGS = {"cuda": f"-DGGML_CUDA=on {RPC}", "metal": f"-DGGML_METAL=on {RPC}", "cpu": RPC}
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 
 
@@ -83,7 +85,8 @@ def choose_backend() -> tuple[str, str]:
 
 def wanted_stamp(extras: str, backend: str) -> str:
     h = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
-    h.update(f"|{extras}|{backend}|{os.environ.get('CMAKE_ARGS', '')}|{sys.version_info[:2]}".encode())
+    flags = os.environ.get("CMAKE_ARGS", BACKEND_FLAGS[backend])
+    h.update(f"|{extras}|{backend}|{flags}|{sys.version_info[:2]}".encode())
     return h.hexdigest()
 
 
@@ -112,11 +115,11 @@ def ensure_environment(extras: str) -> None:
             raise
         say(f"the {backend} build of llama-cpp-python failed (see above); falling back to the CPU build. "
             "Set TANDEM_BACKEND=cpu to skip the attempt, or fix the toolkit and delete the venv to retry.")
-        backend, env = "cpu", {k: v for k, v in env.items() if k != "CMAKE_ARGS"}
+        backend, env = "cpu", dict(env, CMAKE_ARGS=BACKEND_FLAGS["cpu"])
         wheels = ensure_llama_wheel(backend, env)
     pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "--find-links", str(wheels)]
-    if backend != "cpu":  # replace a CPU build that may already be installed
-        subprocess.run(pip + ["--force-reinstall", "--no-deps", LLAMA_CPP], check=True, env=env)
+    # replace a build with other flags that may already be installed (same version: pip would keep it)
+    subprocess.run(pip + ["--force-reinstall", "--no-deps", LLAMA_CPP], check=True, env=env)
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     subprocess.run(pip + ["-e", target], check=True, env=env)
     stamp_file(extras).write_text(stamp)

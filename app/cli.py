@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ("ui", "serve", "setup", "bench", "models", "tune", "test")
+COMMANDS = ("ui", "serve", "setup", "bench", "models", "tune", "worker", "test")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     from app import tune_cli
 
     tune_cli.register(sub)
+
+    from app import worker_cli
+
+    worker_cli.register(sub)
 
     test = sub.add_parser("test", help="run the test suite (arguments go to pytest)")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
@@ -118,6 +122,7 @@ HINTS = {
     "PromptFileError": 'give JSON lines of {"prompt": …} or {"messages": […]}',
     "TemplateError": "the model's chat template failed; use a completion prompt",
     "LimitError": "see the README's \"Limits and errors\" for every range",
+    "RpcError": "",  # its message says what to do
     "BackendError": "check the model file with `launcher.py models check`",
     "DatabaseError": "the history database in the data folder could not be used; check its disk and permissions",
     "MemoryError": "use a smaller model or context",
@@ -177,7 +182,7 @@ def _ui(args: argparse.Namespace) -> int:
 
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
                  pair_id=args.pair, api_key=args.api_key,
-                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers))
+                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -188,7 +193,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.ui.openai_server import serve_api
 
     return serve_api(host=args.host, port=args.port, api_key=args.api_key, pair_id=args.pair,
-                     gpu_layers=(args.gpu_layers, args.draft_gpu_layers))
+                     gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc)
 
 
 def _test(args: argparse.Namespace) -> int:

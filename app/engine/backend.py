@@ -63,6 +63,8 @@ class LoadOptions:
     n_threads: int = 0  # 0 = all cores
     n_batch: int = 512
     mmap: bool = True  # False reads the weights into memory instead of mapping the file
+    rpc: tuple[str, ...] = ()  # RPC workers (host:port) to split the model over (see split.py)
+    tensor_split: tuple[float, ...] = ()  # share of the offloaded layers per device, llama.cpp's order
 
 
 def default_threads() -> int:
@@ -82,8 +84,16 @@ class Model:
         self.path = Path(path)
         if not self.path.is_file():
             raise BackendError(f"model file not found: {self.path}")
-        global _load_log
         self.options = options
+        self._piece = ctypes.create_string_buffer(256)
+        self.cached: list[int] = []  # the tokens in the KV cache, in order
+        self._closed = True  # until loaded: nothing to free
+        self._open(options)
+        self._closed = False
+
+    def _open(self, options: LoadOptions) -> None:
+        """Load the weights and create the context (recording llama.cpp's log of it for ``placement``)."""
+        global _load_log
         with _load_lock:
             L.llama_log_set(_silent_log, ctypes.c_void_p(0))  # ours again, should anything have replaced it
             _load_log = []
@@ -97,14 +107,14 @@ class Model:
         self.mem = L.llama_get_memory(self.ctx)
         self.recurrent = bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))
         self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
-        self._piece = ctypes.create_string_buffer(256)
-        self.cached: list[int] = []  # the tokens in the KV cache, in order
-        self._closed = False
 
     def _load(self, options: LoadOptions) -> None:
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
         mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE
+        if options.tensor_split:
+            self._split = (ctypes.c_float * L.llama_max_devices())(*options.tensor_split[:L.llama_max_devices()])
+            mparams.tensor_split = self._split
         self.model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self.model:
             raise BackendError(f"llama.cpp could not load {self.path.name}: not a valid GGUF model file?")
@@ -200,12 +210,15 @@ class Model:
         """Drop every cached position >= ``n_keep``; checked (recurrent memory refuses partial removal)."""
         if n_keep >= len(self.cached):
             return
-        if not L.llama_memory_seq_rm(self.mem, 0, n_keep, -1):
+        if not self._seq_rm(n_keep):
             raise RollbackError(
                 f"{self.path.name}: the KV cache refused to roll back to {n_keep} "
                 "(recurrent/hybrid models cannot drop rejected draft tokens)"
             )
         del self.cached[n_keep:]
+
+    def _seq_rm(self, n_keep: int) -> bool:
+        return bool(L.llama_memory_seq_rm(self.mem, 0, n_keep, -1))
 
     def reset(self) -> None:
         L.llama_memory_clear(self.mem, True)

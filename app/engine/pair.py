@@ -34,7 +34,12 @@ class Pair:
              draft_options: Optional[LoadOptions] = None) -> "Pair":
         """Load both models; the draft's options default to :func:`draft_options_for` the target.
         Nothing stays loaded if either fails."""
-        target = Model(target_path, target_options)
+        if target_options.rpc:
+            from app.engine.split import SplitTarget
+
+            target: Model = SplitTarget(target_path, target_options)
+        else:
+            target = Model(target_path, target_options)
         try:
             draft = None
             if draft_path is not None:

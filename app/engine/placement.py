@@ -38,7 +38,13 @@ class Placement:
 
     @property
     def gpu_bytes(self) -> int:
-        return sum(n for dev, n in self.by_device().items() if dev != HOST)
+        """Bytes on this machine's GPUs (not on RPC workers)."""
+        return sum(n for dev, n in self.by_device().items() if dev != HOST and not is_remote(dev))
+
+    @property
+    def remote_bytes(self) -> int:
+        """Bytes on RPC workers' devices (``RPC0[host:port]``)."""
+        return sum(n for dev, n in self.by_device().items() if is_remote(dev))
 
     @property
     def host_bytes(self) -> int:
@@ -46,14 +52,20 @@ class Placement:
 
     def to_dict(self) -> dict[str, Any]:
         return {"layers_gpu": self.layers_gpu, "layers_total": self.layers_total, "bytes": self.by_device(),
-                "gpu_bytes": self.gpu_bytes, "host_bytes": self.host_bytes,
+                "gpu_bytes": self.gpu_bytes, "host_bytes": self.host_bytes, "remote_bytes": self.remote_bytes,
                 "buffers": [{"type": b, "kind": k, "bytes": n} for b, k, n in self.buffers]}
+
+
+def is_remote(device: str) -> bool:
+    return device.startswith("RPC") and "[" in device
 
 
 def device_of(buffer_type: str) -> str:
     """``CUDA0`` for ``CUDA0``/``CUDA0_Split``; ``CPU`` for ``CPU``, ``CPU_Mapped``, ``CPU_REPACK``, ``CUDA_Host``."""
     if buffer_type.upper().startswith("CPU") or buffer_type.endswith("_Host"):
         return HOST
+    if is_remote(buffer_type):
+        return buffer_type
     return buffer_type.split("_")[0]
 
 

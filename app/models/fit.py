@@ -65,6 +65,7 @@ class Machine:
     gpus: tuple[Device, ...] = ()
     unified: bool = False  # GPU memory is system memory (Apple silicon, integrated GPUs)
     source: str = "detected"
+    remote: tuple[Device, ...] = ()  # RPC workers' devices (kind "rpc"), in llama.cpp's order
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +140,8 @@ class Offload:
     budget: int  # usable GPU bytes (free minus the reserve)
     target: Parts
     draft: Optional[Parts]
+    split: tuple[int, ...] = ()  # with RPC workers: target layers per device (workers first, then local GPUs)
+    remote_bytes: int = 0  # estimated bytes on the workers' devices
 
     @property
     def gpu_bytes(self) -> int:
@@ -199,8 +202,47 @@ def choose_layers(target: ModelShape, draft: Optional[ModelShape], machine: Mach
         layers_t = fit_units(target, t, budget - gpu_d) if machine.gpus else 0
     else:
         layers_t = given(int(want_target), units_t)
+    if machine.remote:
+        return _with_remote(target, t, machine, want_target, layers_d, units_d, gpu_d, budget, d)
     gpu_t = offload_bytes(target, t, layers_t) if machine.gpus else 0
     return Offload(layers_t, layers_d, units_t, units_d, gpu_t, gpu_d, budget, t, d)
+
+
+def _with_remote(target: ModelShape, t: Parts, machine: Machine, want_target: int | str, layers_d: int,
+                 units_d: int, gpu_d: int, budget: int, d: Optional[Parts]) -> Offload:
+    """The target over local GPUs and RPC workers. ``auto``: the local GPUs first (what is left beside the
+    draft), then each worker's device in turn, the rest on this machine's CPU; a number of layers is spread over
+    all of those devices in proportion to their usable memory. Every device holding layers keeps a compute buffer."""
+    units_t, per = target.n_layers + 1, unit_bytes(target, t)
+    rooms = [max(0, r.free - GPU_RESERVE) for r in machine.remote]
+    local_rooms = [max(0, g.free - GPU_RESERVE) for g in machine.gpus]
+    if want_target == "auto":
+        local = fit_units(target, t, budget - gpu_d) if machine.gpus else 0
+        left, counts = units_t - local, []
+        for room in rooms:
+            n = max(0, min(left, (room - t.compute) // per)) if per else 0
+            counts.append(n)
+            left -= n
+    else:
+        total = units_t if int(want_target) < 0 else min(int(want_target), units_t)
+        shares = _spread(total, rooms + local_rooms if machine.gpus else rooms)
+        counts, local = shares[:len(rooms)], sum(shares[len(rooms):])
+    split = tuple(counts) + tuple(_spread(local, local_rooms))
+    gpu_t = offload_bytes(target, t, local) if machine.gpus else 0
+    remote = sum(n * per + t.compute for n in counts if n)
+    return Offload(local + sum(counts), layers_d, units_t, units_d, gpu_t, gpu_d, budget, t, d, split, remote)
+
+
+def _spread(n: int, weights: list[int]) -> list[int]:
+    """``n`` split in proportion to ``weights`` (largest remainders; equal shares when all weights are 0)."""
+    if not weights:
+        return []
+    w = weights if any(weights) else [1] * len(weights)
+    exact = [n * x / sum(w) for x in w]
+    out = [int(e) for e in exact]
+    for i in sorted(range(len(w)), key=lambda i: exact[i] - out[i], reverse=True)[:n - sum(out)]:
+        out[i] += 1
+    return out
 
 
 def plan(target: ModelShape, draft: ModelShape, machine: Machine, s: Settings = Settings()) -> Plan:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from app.engine import limits
 from app.engine.backend import LoadOptions, Model, active_backend, gpu_offload_supported
@@ -57,6 +57,18 @@ def add_gpu_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-gpu-layers", "-ngld", type=_arg, default=AUTO, metavar="N|all|auto",
                         help="draft layers on the GPU (default auto: all of them when they fit; the draft goes "
                              "on the GPU first)")
+    parser.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT]",
+                        help="split the target over these RPC workers (`launcher.py worker` on each) and this "
+                             "machine; --gpu-layers then counts the layers on the workers and local GPUs together")
+
+
+def _endpoints(text: str) -> tuple[str, ...]:
+    from app.engine.rpc import parse_endpoints
+
+    try:
+        return parse_endpoints(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -70,10 +82,14 @@ class Choice:
     estimate: Optional[fit.Offload]  # None when a header could not be read
     device: Optional[str]  # the GPU(s) the estimate planned for
     line: str
+    rpc: tuple[str, ...] = ()  # workers the target is split over
+    tensor_split: tuple[int, ...] = ()  # target layers per device (workers first), when planned
 
     def options(self, base: LoadOptions) -> tuple[LoadOptions, LoadOptions]:
-        """(target, draft) load options: ``base`` with each model's GPU layers."""
-        return replace(base, n_gpu_layers=self.target_layers), replace(base, n_gpu_layers=self.draft_layers)
+        """(target, draft) load options: ``base`` with each model's GPU layers; the workers are the target's."""
+        target = replace(base, n_gpu_layers=self.target_layers, rpc=self.rpc,
+                         tensor_split=tuple(float(n) for n in self.tensor_split) if any(self.tensor_split) else ())
+        return target, replace(base, n_gpu_layers=self.draft_layers, rpc=(), tensor_split=())
 
 
 def _shape(path: Path, ctx: int) -> tuple[Optional[fit.ModelShape], int, str]:
@@ -90,11 +106,15 @@ def _shape(path: Path, ctx: int) -> tuple[Optional[fit.ModelShape], int, str]:
 
 def choose(target: Union[str, Path], draft: Optional[Union[str, Path]], want_target: Want = AUTO,
            want_draft: Want = AUTO, ctx: int = 4096, n_batch: int = 512, machine: Optional[Machine] = None,
-           can_offload: Optional[bool] = None) -> Choice:
-    """GPU layers for ``target`` and ``draft`` (None: no draft) on ``machine`` (default: this one)."""
+           can_offload: Optional[bool] = None, rpc: Sequence[str] = ()) -> Choice:
+    """GPU layers for ``target`` and ``draft`` (None: no draft) on ``machine`` (default: this one), the target
+    split over the ``rpc`` workers too when some are given (they are asked for their devices first: an
+    unreachable one, a busy one or one of another version raises RpcError here)."""
     from app.models import hardware
 
     machine = machine or hardware.detect()
+    if rpc:
+        return _choose_split(target, draft, want_target, want_draft, ctx, n_batch, machine, can_offload, tuple(rpc))
     can_offload = gpu_offload_supported() if can_offload is None else can_offload
     note = ""
     if machine.gpus and not can_offload:
@@ -122,6 +142,36 @@ def choose(target: Union[str, Path], draft: Optional[Union[str, Path]], want_tar
                   f"GPU layers: {', '.join(parts)}{where}{note}")
 
 
+def _choose_split(target, draft, want_target: Want, want_draft: Want, ctx: int, n_batch: int, machine: Machine,
+                  can_offload: Optional[bool], rpc: tuple[str, ...]) -> Choice:
+    from app.engine import rpc as rpc_backend
+
+    rpc_backend.require()
+    workers = rpc_backend.probe_all(rpc)
+    remote = tuple(fit.Device(d.name, d.total, d.free, "rpc", w.endpoint) for w in workers for d in w.devices)
+    local = choose(target, draft, want_target, want_draft, ctx, n_batch, machine, can_offload)
+    if local.estimate is None:
+        layers = -1 if want_target == AUTO else int(want_target)
+        return replace(local, target_layers=layers, rpc=rpc,
+                       line=f"{local.line}; target split over {len(rpc)} RPC worker(s) by free memory")
+    gpus = machine.gpus if local.device else ()
+    t_shape, t_ctx, _ = _shape(Path(target), ctx or 4096)
+    d_shape, d_ctx, _ = _shape(Path(draft), t_ctx) if draft is not None else (None, t_ctx, "")
+    est = fit.choose_layers(t_shape, d_shape, replace(machine, gpus=gpus, remote=remote),
+                            fit.Settings(ctx=t_ctx, ctx_draft=d_ctx, n_ubatch=n_batch), want_target, want_draft)
+    def label(dev: fit.Device) -> str:  # the endpoint, and the device's index where a worker lends several
+        return dev.name if sum(d.description == dev.description for d in remote) > 1 else dev.description
+
+    on_workers = ", ".join(f"{n} on {label(dev)}" for n, dev in zip(est.split, remote))
+    here = est.target_units - sum(est.split)
+    line = (f"target {est.target_units} layers: {on_workers}"
+            + (f", {sum(est.split[len(remote):])} on the local GPU" if gpus else "")
+            + f", {here} on this machine's CPU ({_how(want_target)}); draft {est.draft_layers}/{est.draft_units} "
+              f"local; estimated {fit.gib(est.remote_bytes)} on the workers")
+    return Choice(want_target, want_draft, est.target_layers, est.draft_layers, est, local.device,
+                  f"GPU layers: {line}", rpc, est.split)
+
+
 def _how(want: Want) -> str:
     return "auto" if want == AUTO else "given"
 
@@ -142,7 +192,9 @@ def gpu_report(target: Model, draft: Optional[Model], choice: Optional[Choice]) 
                 "layers": model.options.n_gpu_layers, "layers_placed": p.layers_gpu, "layers_total": p.layers_total,
                 "estimated_gpu_bytes": getattr(est, f"{role}_gpu_bytes", None) if est else None,
                 "estimated_bytes": parts.total if parts else None,
-                "used_gpu_bytes": p.gpu_bytes, "used_bytes": p.by_device()}
+                "used_gpu_bytes": p.gpu_bytes, "used_bytes": p.by_device(), "used_remote_bytes": p.remote_bytes,
+                "estimated_remote_bytes": (est.remote_bytes if est else None) if role == "target" else None,
+                "rpc": list(model.options.rpc)}
 
     sides = {"target": side(target, "target"), "draft": side(draft, "draft") if draft is not None else None}
     models = [s for s in sides.values() if s]
@@ -167,7 +219,9 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{role} {s['file']}: {s['layers_placed']}/{s['layers_total']} layers placed on the GPU "
                      f"(asked {_n(s['layers'])}); GPU {_mib(s['used_gpu_bytes'])} used vs "
                      f"{_mib(s['estimated_gpu_bytes'])} estimated; all buffers: {devices} "
-                     f"(estimated {_mib(s['estimated_bytes'])} in all)")
+                     f"(estimated {_mib(s['estimated_bytes'])} in all)"
+                     + (f"; RPC workers {_mib(s['used_remote_bytes'])} used vs {_mib(s['estimated_remote_bytes'])} "
+                        "estimated" if s.get("rpc") else ""))
     return lines
 
 
@@ -176,7 +230,7 @@ def load_pair(target: Union[str, Path], draft: Optional[Union[str, Path]], args:
     ``ctx``, ``threads``), say so, load the pair and say what was placed. Returns (pair, gpu report)."""
     from app.engine.pair import Pair
 
-    choice = choose(target, draft, args.gpu_layers, args.draft_gpu_layers, args.ctx)
+    choice = choose(target, draft, args.gpu_layers, args.draft_gpu_layers, args.ctx, rpc=getattr(args, "rpc", ()))
     print(f"[{tag}] {choice.line}", flush=True)
     topts, dopts = choice.options(LoadOptions(n_ctx=args.ctx, n_threads=args.threads))
     pair = Pair.load(target, draft, topts, dopts if draft is not None else None)

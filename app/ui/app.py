@@ -149,7 +149,7 @@ def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optio
 
 def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, auth: Optional[str] = None,
           pair_id: Optional[str] = None, api_key: Optional[str] = None,
-          gpu_layers: tuple = ("auto", "auto")) -> int:
+          gpu_layers: tuple = ("auto", "auto"), rpc: tuple = ()) -> int:
     credentials = None
     if auth:
         user, sep, password = auth.partition(":")
@@ -161,7 +161,8 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
             raise SystemExit(f"refusing to serve on {host}: anyone on the network could use it. "
                              "Add --auth user:password, or keep the default 127.0.0.1.")
         say(f"WARNING: serving on {host} — reachable from other machines; protect it (password, firewall).")
-    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1), gpu_layers=tuple(gpu_layers))
+    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1), gpu_layers=tuple(gpu_layers),
+                     rpc=tuple(rpc))
     startup_pair(state, pair_id)
     demo = build_app(state)
     demo.queue(default_concurrency_limit=4)

@@ -27,15 +27,36 @@ NGL_CHOICES = ["auto", "all", "0"]
 
 
 def load_offloaded(state: AppState, target, draft, want: tuple, n_ctx: int, n_threads: int = 0,
-                   pair_id: Optional[str] = None, progress=None, announce=lambda line: None) -> str:
-    """Load a pair with the GPU layers ``want`` asks for ((target, draft): a number or auto); returns the line
-    that says what was chosen (also given to ``announce`` before loading)."""
-    choice = offload.choose(target, draft, *want, ctx=n_ctx)
+                   pair_id: Optional[str] = None, progress=None, announce=lambda line: None,
+                   rpc: Optional[tuple] = None) -> str:
+    """Load a pair with the GPU layers ``want`` asks for ((target, draft): a number or auto), the target split
+    over the ``rpc`` workers (default: the state's); returns the line that says what was chosen (also given to
+    ``announce`` before loading)."""
+    rpc = state.rpc if rpc is None else tuple(rpc)
+    if state.pair is not None and set(state.target_options.rpc) & set(rpc):
+        announce("unloading the split pair first: an RPC worker serves one client at a time")
+        state.unload()
+    choice = offload.choose(target, draft, *want, ctx=n_ctx, rpc=rpc)
     announce(choice.line)
     topts, dopts = choice.options(LoadOptions(n_ctx=n_ctx, n_threads=n_threads))
     state.load(target, draft, topts, dopts if draft else None, pair_id=pair_id, progress=progress)
-    state.gpu_layers, state.gpu_choice = tuple(want), choice
+    state.gpu_layers, state.gpu_choice, state.rpc = tuple(want), choice, rpc
     return choice.line
+
+
+def workers_html(text: str) -> str:
+    """What each RPC worker in ``text`` lends (devices, free memory), or why it cannot be used."""
+    from app.engine import rpc
+
+    try:
+        endpoints = rpc.parse_endpoints(text or "")
+        if not endpoints:
+            return panel.status_html("No workers: the target stays on this machine.", "info")
+        rpc.require()
+        lines = [w.line() for w in rpc.probe_all(endpoints)]
+    except (ValueError, rpc.RpcError) as exc:
+        return panel.status_html(str(exc), "error")
+    return panel.status_html("Ready: " + "; ".join(lines), "ok")
 
 
 def installed_models() -> dict[str, str]:
@@ -138,6 +159,14 @@ def build(state: AppState):
                           allow_custom_value=True, info="Tokens of prompt + reply the pair can hold.")
         threads = gr.Number(value=state.target_options.n_threads, precision=0, label="Threads",
                             info="CPU threads; 0 = all physical cores.")
+    with gr.Row():
+        workers = gr.Textbox(value=", ".join(state.rpc), label="RPC workers", scale=4, elem_id="tdm-rpc",
+                             placeholder="host:port, host:port (empty: this machine only)",
+                             info="Split the target over other machines running `python launcher.py worker`; "
+                                  "the draft stays here. The RPC protocol has no authentication: use it only on "
+                                  "a network you trust.")
+        check = gr.Button("Check workers", size="sm", scale=1)
+    workers_status = gr.HTML("", elem_id="tdm-rpc-status")
     load_btn = gr.Button("Load pair", variant="primary", elem_id="tdm-load")
     status = gr.HTML("", elem_id="tdm-pair-status")
     info = gr.HTML(info_html(state), elem_id="tdm-pairinfo")
@@ -163,7 +192,7 @@ def build(state: AppState):
         current = installed_models()
         return gr.update(choices=list(current)), gr.update(choices=[NO_DRAFT, *current])
 
-    def on_load(t_label, d_label, tngl, dngl, n_ctx, n_threads, progress=gr.Progress()):
+    def on_load(t_label, d_label, tngl, dngl, n_ctx, n_threads, rpc_text, progress=gr.Progress()):
         current = installed_models()
         tpath = current.get(t_label)
         dpath = current.get(d_label) if d_label and d_label != NO_DRAFT else None
@@ -173,10 +202,13 @@ def build(state: AppState):
             n_ctx = limits.form_int("context size", n_ctx, "ctx")
             n_threads = limits.form_int("threads", n_threads or 0)
             want = (offload.layers_value(tngl), offload.layers_value(dngl))
+            from app.engine.rpc import parse_endpoints
+
+            rpc = parse_endpoints(rpc_text or "")
             preset_id = next((pid for pid, tf, df in pairs.values()
                               if Path(tpath).name == tf and dpath and Path(dpath).name == df), None)
             line = load_offloaded(state, tpath, dpath, want, int(n_ctx), int(n_threads or 0), preset_id,
-                                  progress=lambda f, d: progress(f, desc=d))
+                                  progress=lambda f, d: progress(f, desc=d), rpc=rpc)
             progress(0.95, desc="warming up")
             warm_up(state)
         except Exception as exc:  # the previous pair stays loaded
@@ -189,7 +221,8 @@ def build(state: AppState):
     target.change(on_choose, [target, draft], [compat], api_visibility="private")
     draft.change(on_choose, [target, draft], [compat], api_visibility="private")
     refresh.click(on_refresh, None, [target, draft], api_visibility="private")
-    loaded = load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads], [status, info],
+    check.click(workers_html, [workers], [workers_status], api_visibility="private")
+    loaded = load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads, workers], [status, info],
                             api_visibility="private", concurrency_id="load", concurrency_limit=1,
                             show_progress_on=[status])
     return info, loaded

@@ -34,6 +34,7 @@ class AppState:
     draft_options: Optional[LoadOptions] = None
     load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
     gpu_layers: tuple = ("auto", "auto")  # (target, draft) as asked: a number of layers or "auto"
+    rpc: tuple = ()  # RPC workers (host:port) the target is split over; empty: this machine only
     gpu_choice: Optional[Any] = None  # the offload.Choice the loaded pair was loaded with
     recent: dict[str, Any] = field(default_factory=dict)  # latest Compare per pair+settings (app/ui/speedup.py)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
@@ -140,7 +141,8 @@ class AppState:
             return None
         t = self.pair.target
         o = self.target_options
-        return (f"{t.path.name}|{t.size_bytes}|ngl={o.n_gpu_layers}|threads={t.n_threads}|ctx={t.n_ctx}|"
+        split = f"|rpc={','.join(o.rpc)}" if o.rpc else ""  # a split target runs at the network's speed
+        return (f"{t.path.name}|{t.size_bytes}|ngl={o.n_gpu_layers}{split}|threads={t.n_threads}|ctx={t.n_ctx}|"
                 f"{backend_name()}|{platform.node()}|{platform.machine()}")
 
     def baseline(self) -> Optional[dict]:

@@ -1,0 +1,313 @@
+"""llama.cpp's RPC backend: workers that lend their devices to a target split over several machines.
+
+* A **worker** is llama.cpp's own RPC server, ``ggml_backend_rpc_start_server`` of the same library
+  (:func:`serve`); it serves one client at a time and has **no authentication**: whoever reaches its port can
+  run code-like graph commands and read its memory, so it listens on 127.0.0.1 unless told otherwise.
+* The **client** side registers each worker (``ggml_backend_rpc_add_server`` + ``ggml_backend_device_register``,
+  as llama.cpp's ``--rpc`` does) in the process that loads the split target; llama.cpp then lists the workers'
+  devices first and splits the ``-ngl`` layers over them (``tensor_split``). That process is a child of the app
+  (``split.py``) because the RPC client aborts its whole process when a worker fails (``GGML_ABORT`` in
+  ``ggml-rpc.cpp``).
+* :func:`probe` speaks the protocol's first messages from Python (``HELLO``, ``DEVICE_COUNT``,
+  ``GET_DEVICE_MEMORY``) so that an unreachable worker, a busy one and a version mismatch are clear errors
+  before anything is loaded. Wire format (``send_rpc_cmd``): one command byte, a little-endian u64 input size,
+  the input; the reply is a u64 size and the output.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from app.engine.backend import BackendError
+
+PROTO = (7, 0, 0)  # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION of the vendored ggml-rpc.h
+MAX_SERVERS = 16  # GGML_RPC_MAX_SERVERS
+DEFAULT_PORT = 50052  # rpc-server's default
+CMD_GET_DEVICE_MEMORY, CMD_HELLO, CMD_DEVICE_COUNT = 11, 14, 15
+CAPS_SIZE = 24  # RPC_CONN_CAPS_SIZE: all zero asks for plain TCP
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class RpcError(BackendError):
+    """A worker could not be used; the message says which and why."""
+
+
+class WorkerUnreachable(RpcError):
+    pass
+
+
+class WorkerBusy(RpcError):
+    pass
+
+
+class VersionMismatch(RpcError):
+    pass
+
+
+class WorkerLost(RpcError):
+    """A worker stopped answering while the split target was loaded or generating."""
+
+
+@dataclass(frozen=True)
+class RemoteDevice:
+    endpoint: str
+    index: int
+    free: int
+    total: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.endpoint}#{self.index}"
+
+
+@dataclass(frozen=True)
+class Worker:
+    endpoint: str
+    version: tuple[int, int, int]
+    devices: tuple[RemoteDevice, ...]
+
+    def line(self) -> str:
+        devs = ", ".join(f"device {d.index}: {d.free / 2**30:.1f} of {d.total / 2**30:.1f} GiB free"
+                         for d in self.devices)
+        return f"{self.endpoint} (RPC v{'.'.join(map(str, self.version))}): {devs or 'no devices'}"
+
+
+def parse_endpoints(text: str | Sequence[str]) -> tuple[str, ...]:
+    """``host:port[,host:port…]`` → the endpoints in order, checked and without repeats."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out: list[str] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"an RPC worker is host:port (for example 127.0.0.1:{DEFAULT_PORT}); not {item!r}")
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"the port of RPC worker {item!r} must be a number from 1 to 65535")
+        if any(c.isspace() for c in host):
+            raise ValueError(f"the host of RPC worker {item!r} contains spaces")
+        endpoint = f"{host}:{int(port)}"
+        if endpoint not in out:
+            out.append(endpoint)
+    if len(out) > MAX_SERVERS:
+        raise ValueError(f"llama.cpp takes at most {MAX_SERVERS} RPC workers; {len(out)} were given")
+    return tuple(out)
+
+
+def _split(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def alive(endpoint: str, timeout: float = 2.0) -> bool:
+    """Whether the worker's port still accepts connections (its process is up). Only a TCP connect: a worker
+    serving another client still passes, since the kernel queues the connection."""
+    try:
+        with socket.create_connection(_split(endpoint), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _call(sock: socket.socket, cmd: int, payload: bytes, out_size: int) -> bytes:
+    sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
+    head = _recv(sock, 8)
+    (size,) = struct.unpack("<Q", head)
+    if size != out_size:
+        raise ValueError(f"reply of {size} bytes, expected {out_size}")
+    return _recv(sock, size)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed by the worker")
+        buf += chunk
+    return buf
+
+
+def probe(endpoint: str, timeout: float = 5.0) -> Worker:
+    """Connect, check the protocol version and list the worker's devices with their free memory."""
+    host, port = _split(endpoint)
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        raise WorkerUnreachable(
+            f"RPC worker {endpoint} is unreachable ({exc.strerror or exc}): start it there with "
+            f"'python launcher.py worker --port {port}' (and --host to listen beyond loopback), "
+            "and check the address and any firewall") from None
+    with sock:
+        try:
+            hello = _call(sock, CMD_HELLO, bytes(CAPS_SIZE), 4 + CAPS_SIZE)
+        except socket.timeout:
+            raise WorkerBusy(f"RPC worker {endpoint} accepted the connection but did not answer within "
+                             f"{timeout:.0f} s: llama.cpp's RPC server serves one client at a time, so another "
+                             "app is probably using it") from None
+        except (OSError, ValueError) as exc:
+            raise VersionMismatch(f"RPC worker {endpoint} did not answer the RPC handshake ({exc}): is it a "
+                                  f"llama.cpp RPC server of protocol {PROTO[0]}.x?") from None
+        version = tuple(hello[:3])
+        if version[0] != PROTO[0] or version[1] > PROTO[1]:
+            raise VersionMismatch(
+                f"RPC worker {endpoint} speaks RPC protocol {'.'.join(map(str, version))} but this llama.cpp "
+                f"speaks {'.'.join(map(str, PROTO))}: run the same Tandem (llama-cpp-python) version on both "
+                "machines")
+        try:
+            (count,) = struct.unpack("<I", _call(sock, CMD_DEVICE_COUNT, b"", 4))
+            devices = []
+            for i in range(count):
+                free, total = struct.unpack("<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16))
+                devices.append(RemoteDevice(endpoint, i, free, total))
+        except (OSError, ValueError) as exc:
+            raise WorkerLost(f"RPC worker {endpoint} stopped answering while listing its devices ({exc})") from None
+    return Worker(endpoint, version, tuple(devices))  # type: ignore[arg-type]
+
+
+def probe_all(endpoints: Sequence[str], timeout: float = 5.0) -> list[Worker]:
+    return [probe(e, timeout) for e in endpoints]
+
+
+# --- the library -----------------------------------------------------------------------------------------
+
+def _lib(name: str) -> ctypes.CDLL:
+    """The copy of ``lib<name>`` that libllama itself uses. Wheels store the ``.so``/``.so.0`` symlinks as
+    separate files, and a second copy would bring a second device registry that llama.cpp never sees."""
+    import os
+
+    import llama_cpp  # noqa: F401 - loads libllama and, with it, the libraries it links
+
+    for soname in (f"lib{name}.so.0", f"lib{name}.0.dylib", f"lib{name}.dylib"):
+        try:
+            return ctypes.CDLL(soname, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+    return ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / f"lib{name}.so"))
+
+
+def supported() -> bool:
+    """Whether this llama.cpp build has the RPC backend (built with ``GGML_RPC=ON``)."""
+    import llama_cpp as L
+
+    from app.engine.backend import quiet_logs
+
+    quiet_logs()
+    return bool(L.llama_supports_rpc())
+
+
+def require() -> None:
+    if not supported():
+        raise RpcError("this llama.cpp build has no RPC backend: reinstall with the launcher (it builds with "
+                       "-DGGML_RPC=ON) or set CMAKE_ARGS to include -DGGML_RPC=ON")
+
+
+def _ggml() -> ctypes.CDLL:
+    g = _lib("ggml")
+    vp = ctypes.c_void_p
+    for fn, args, res in (("ggml_backend_reg_by_name", [ctypes.c_char_p], vp),
+                          ("ggml_backend_reg_get_proc_address", [vp, ctypes.c_char_p], vp),
+                          ("ggml_backend_reg_dev_count", [vp], ctypes.c_size_t),
+                          ("ggml_backend_reg_dev_get", [vp, ctypes.c_size_t], vp),
+                          ("ggml_backend_device_register", [vp], None),
+                          ("ggml_backend_dev_count", [], ctypes.c_size_t),
+                          ("ggml_backend_dev_get", [ctypes.c_size_t], vp),
+                          ("ggml_backend_dev_by_name", [ctypes.c_char_p], vp),
+                          ("ggml_backend_dev_name", [vp], ctypes.c_char_p),
+                          ("ggml_backend_dev_description", [vp], ctypes.c_char_p),
+                          ("ggml_backend_dev_type", [vp], ctypes.c_int),
+                          ("ggml_backend_dev_memory", [vp, ctypes.POINTER(ctypes.c_size_t),
+                                                       ctypes.POINTER(ctypes.c_size_t)], None)):
+        f = getattr(g, fn)
+        f.argtypes, f.restype = args, res
+    return g
+
+
+def _proc(g: ctypes.CDLL, name: str, restype, argtypes):
+    reg = g.ggml_backend_reg_by_name(b"RPC")
+    if not reg:
+        raise RpcError("this llama.cpp build has no RPC backend (build it with -DGGML_RPC=ON)")
+    addr = g.ggml_backend_reg_get_proc_address(reg, name.encode())
+    if not addr:
+        raise RpcError(f"the RPC backend of this llama.cpp has no {name}")
+    return ctypes.CFUNCTYPE(restype, *argtypes)(addr)
+
+
+def register(endpoints: Sequence[str]) -> int:
+    """Add each worker's devices to llama.cpp's device list (this process only, for good); returns how many
+    devices were added. Call :func:`probe` first: the RPC client aborts the process on an unreachable worker."""
+    from app.engine.backend import quiet_logs
+
+    quiet_logs()
+    g = _ggml()
+    add = _proc(g, "ggml_backend_rpc_add_server", ctypes.c_void_p, [ctypes.c_char_p])
+    n = 0
+    for endpoint in endpoints:
+        reg = add(endpoint.encode())
+        if not reg:
+            raise RpcError(f"RPC worker {endpoint} reports no devices")
+        for i in range(g.ggml_backend_reg_dev_count(reg)):
+            g.ggml_backend_device_register(g.ggml_backend_reg_dev_get(reg, i))
+            n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class LocalDevice:
+    name: str
+    description: str
+    kind: str  # cpu, gpu, igpu, accel
+    free: int
+    total: int
+
+
+_DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+
+
+def local_devices() -> list[LocalDevice]:
+    """The devices of this process's llama.cpp (what a worker can serve)."""
+    from app.engine.backend import quiet_logs
+
+    quiet_logs()
+    g = _ggml()
+    out = []
+    for i in range(g.ggml_backend_dev_count()):
+        dev = g.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append(LocalDevice(g.ggml_backend_dev_name(dev).decode(), g.ggml_backend_dev_description(dev).decode(),
+                               _DEV_TYPES.get(g.ggml_backend_dev_type(dev), "other"), free.value, total.value))
+    return out
+
+
+def serve(host: str, port: int, devices: Sequence[str] = (), threads: int = 0,
+          cache_dir: Optional[str] = None) -> None:
+    """Run llama.cpp's RPC server on ``host:port`` with ``devices`` (names from :func:`local_devices`; default:
+    every GPU, else the CPU, as ``rpc-server`` picks). Blocks for as long as the server runs; returns only when
+    llama.cpp could not start it (the port in use, a bad device)."""
+    from app.engine.backend import default_threads
+
+    require()
+    g = _ggml()
+    known = local_devices()
+    names = list(devices) or [d.name for d in known if d.kind not in ("cpu", "accel")] or \
+        [d.name for d in known if d.kind == "cpu"][:1]
+    ptrs = []
+    for name in names:
+        dev = g.ggml_backend_dev_by_name(name.encode())
+        if not dev:
+            raise RpcError(f"no device {name!r} here; this machine has: "
+                           + ", ".join(f"{d.name} ({d.description})" for d in known))
+        ptrs.append(dev)
+    start = _proc(g, "ggml_backend_rpc_start_server", None,
+                  [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                   ctypes.POINTER(ctypes.c_void_p)])
+    arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    endpoint = f"{host}:{port}"
+    start(endpoint.encode(), cache_dir.encode() if cache_dir else None, threads or default_threads(), len(ptrs), arr)

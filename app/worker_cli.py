@@ -1,0 +1,83 @@
+"""``launcher.py worker``: lend this machine's devices to a Tandem on another machine (llama.cpp's RPC server).
+
+The other machine names it with ``--rpc host:port`` (or in Pair settings) and puts some of its target's layers
+here. The RPC protocol has no authentication and no encryption: anyone who reaches the port can use this
+machine's memory and devices, so the worker listens on 127.0.0.1 unless ``--host`` says otherwise, and then
+only on a network you trust.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from app.engine import rpc
+
+WARNING = """
+!!! WARNING: the RPC worker listens on {host}:{port} with NO authentication and NO encryption.
+!!! Anyone who can reach this port can read and write this machine's device memory and run work on it.
+!!! Use it only on a network you trust (a home LAN behind a firewall, a VPN), never on the open internet.
+"""
+
+
+def register(sub) -> None:
+    from app.cli import _port
+
+    w = sub.add_parser("worker", help="lend this machine's GPU (or CPU) to a Tandem on another machine (RPC)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    w.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface: see the warning)")
+    w.add_argument("--port", type=_port, default=rpc.DEFAULT_PORT, help=f"port (default {rpc.DEFAULT_PORT})")
+    w.add_argument("--device", action="append", default=[], metavar="NAME",
+                   help="a device to lend (repeatable; default: every GPU, else the CPU); --list-devices names them")
+    w.add_argument("--threads", type=int, default=0, help="CPU threads for a CPU device (default: physical cores)")
+    w.add_argument("--cache", metavar="DIR",
+                   help="keep large tensors in DIR, so reloading the same model sends only their hashes")
+    w.add_argument("--list-devices", action="store_true", help="list this machine's devices and exit")
+    w.set_defaults(func=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import socket
+
+    rpc.require()
+    if args.list_devices:
+        for d in rpc.local_devices():
+            print(f"{d.name}: {d.description} ({d.kind}, {d.free / 2**30:.1f} of {d.total / 2**30:.1f} GiB free)")
+        return 0
+    if args.host not in rpc.LOOPBACK:
+        print(WARNING.format(host=args.host, port=args.port), file=sys.stderr, flush=True)
+    # llama.cpp only prints "Failed to create server socket"; find out first, and say why.
+    try:
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((args.host, args.port))
+    except OSError as exc:
+        raise rpc.RpcError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} (another worker "
+                           "there? choose another --port)") from None
+    failed = threading.Event()
+
+    def run() -> None:
+        rpc.serve(args.host, args.port, args.device, args.threads, args.cache)
+        failed.set()  # serve only returns when llama.cpp could not start the server
+
+    # The server blocks in C; a thread keeps the main thread free for Ctrl+C and SIGTERM.
+    threading.Thread(target=run, daemon=True, name="rpc-server").start()
+    print(f"[tandem] RPC worker on {args.host}:{args.port}; on the other machine: "
+          f"--rpc {_reach(args.host)}:{args.port}. Ctrl+C stops it.", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while not failed.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        return 0
+    raise rpc.RpcError(f"llama.cpp could not start the RPC server on {args.host}:{args.port} (see above)")
+
+
+def _reach(host: str) -> str:
+    if host in ("0.0.0.0", "::"):
+        return "<this machine's address>"
+    return host
