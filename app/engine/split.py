@@ -44,6 +44,8 @@ class SplitTarget(Model):
     and ``n_gpu_layers`` say how many layers go where)."""
 
     def _open(self, options: LoadOptions) -> None:
+        if os.name == "nt":  # the child gets its socket through pass_fds
+            raise rpc.RpcError("a target split over RPC workers needs Linux or macOS on this machine for now")
         self.workers = rpc.probe_all(options.rpc)  # unreachable, busy, wrong version: said before loading
         rpc.require()
         mparams = L.llama_model_default_params()

@@ -84,6 +84,7 @@ class Choice:
     line: str
     rpc: tuple[str, ...] = ()  # workers the target is split over
     tensor_split: tuple[int, ...] = ()  # target layers per device (workers first), when planned
+    workers: tuple[str, ...] = ()  # one line per worker: its devices and their free memory
 
     def options(self, base: LoadOptions) -> tuple[LoadOptions, LoadOptions]:
         """(target, draft) load options: ``base`` with each model's GPU layers; the workers are the target's."""
@@ -152,7 +153,7 @@ def _choose_split(target, draft, want_target: Want, want_draft: Want, ctx: int, 
     local = choose(target, draft, want_target, want_draft, ctx, n_batch, machine, can_offload)
     if local.estimate is None:
         layers = -1 if want_target == AUTO else int(want_target)
-        return replace(local, target_layers=layers, rpc=rpc,
+        return replace(local, target_layers=layers, rpc=rpc, workers=tuple(w.line() for w in workers),
                        line=f"{local.line}; target split over {len(rpc)} RPC worker(s) by free memory")
     gpus = machine.gpus if local.device else ()
     t_shape, t_ctx, _ = _shape(Path(target), ctx or 4096)
@@ -169,7 +170,7 @@ def _choose_split(target, draft, want_target: Want, want_draft: Want, ctx: int, 
             + f", {here} on this machine's CPU ({_how(want_target)}); draft {est.draft_layers}/{est.draft_units} "
               f"local; estimated {fit.gib(est.remote_bytes)} on the workers")
     return Choice(want_target, want_draft, est.target_layers, est.draft_layers, est, local.device,
-                  f"GPU layers: {line}", rpc, est.split)
+                  f"GPU layers: {line}", rpc, est.split, tuple(w.line() for w in workers))
 
 
 def _how(want: Want) -> str:
@@ -231,6 +232,8 @@ def load_pair(target: Union[str, Path], draft: Optional[Union[str, Path]], args:
     from app.engine.pair import Pair
 
     choice = choose(target, draft, args.gpu_layers, args.draft_gpu_layers, args.ctx, rpc=getattr(args, "rpc", ()))
+    for line in choice.workers:
+        print(f"[{tag}] RPC worker {line}", flush=True)
     print(f"[{tag}] {choice.line}", flush=True)
     topts, dopts = choice.options(LoadOptions(n_ctx=args.ctx, n_threads=args.threads))
     pair = Pair.load(target, draft, topts, dopts if draft is not None else None)

@@ -122,6 +122,7 @@ def info_html(state: AppState) -> str:
     gpu = offload.gpu_report(state.pair.target, state.pair.draft, state.gpu_choice)
     rows += [("GPU", gpu["decision"] or f"loaded with {state.target_options.n_gpu_layers} target layers asked")]
     rows += [("Placed", line) for line in offload.report_lines(gpu)]
+    rows += [("RPC worker", line) for line in getattr(state.gpu_choice, "workers", ())]
     body = "".join(f"<tr><td><b>{panel.esc(k)}</b></td><td>{panel.esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="tdm-pairinfo">{body}</table>'
 
