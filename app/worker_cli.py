@@ -22,9 +22,13 @@ WARNING = """
 """
 
 
-def register(sub) -> None:
-    from app.cli import _port
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, not {text!r}")
+    return int(text)
 
+
+def register(sub) -> None:
     w = sub.add_parser("worker", help="lend this machine's GPU (or CPU) to a Tandem on another machine (RPC)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("--host", default="127.0.0.1",
