@@ -170,10 +170,6 @@ class Stats:
     def mean_gamma(self) -> float:
         return self.drafted / self.spec_steps if self.spec_steps else 0.0
 
-    @property
-    def tokens_per_s(self) -> float:
-        return self.emitted / self.t_total if self.t_total > 0 else 0.0
-
     def summary(self, baseline_tps: Optional[float] = None, wall: bool = False) -> Summary:
         """The figures so far; ``wall``: decode time from the clock (``Stats.wall``, the gaps between steps
         included: a running generation's live estimate) where ``add`` was given it, else the steps' own."""
