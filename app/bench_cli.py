@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from app.engine import limits
-from app.lab.bench import BenchConfig, PromptFileError, load_prompts, run_bench
+from app.lab.bench import BenchConfig, BenchResult, PromptFileError, load_prompts, run_bench
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
 from app.engine.sampling import SamplerSettings
 from app.models.offload import add_gpu_args
@@ -77,17 +77,16 @@ def main(args: argparse.Namespace) -> int:
     with pair:
         result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats, reference=args.reference),
                            progress=_progress)
-    result["pair"] = entry.id
-    result["gpu"] = gpu
-    result["command"] = reproduce_command(sys.argv)
+    command = reproduce_command(sys.argv)
     print(file=sys.stderr)
     print(format_table(result))
-    for skip in result.get("skipped", []):
+    for skip in result.skipped:
         print(f"skipped: prompt {skip['id']}: {skip['error']}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        out = dict(result.to_dict(), pair=entry.id, gpu=gpu, command=command)
+        Path(args.json_out).write_text(json.dumps(out, indent=2))
         print(f"[bench] wrote {args.json_out}")
-    print(f"[bench] reproduce: {result['command']}")
+    print(f"[bench] reproduce: {command}")
     return 0
 
 
@@ -100,32 +99,32 @@ def reproduce_command(argv: list[str]) -> str:
     return "python launcher.py " + " ".join(shlex.quote(a) for a in args if a)
 
 
-def format_table(r: dict) -> str:
+def format_table(r: BenchResult) -> str:
     head = f"{'prompt':<20} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} {'accept':>7} {'tok/pass':>8} " \
            f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'same':>5}"
     lines = [head, "-" * len(head)]
-    for p in r["per_prompt"]:
-        same = "-" if r["identical"] is None else ("yes" if p["identical"] else "NO")
-        lines.append(f"{p['id'][:20]:<20} {_f(p['baseline_tps'], '.1f'):>9} {_f(p['spec_tps'], '.1f'):>9} "
-                     f"{_f(p['speedup'], '.2f', 'x'):>8} {_f(p['acceptance_rate'], '.1%'):>7} "
-                     f"{_f(p['mean_accepted']):>8} {_f(p['c']):>5} {_f(p['v']):>5} {_f(p['bound'], '.2f', 'x'):>6} "
-                     f"{_f(p.get('paused'), '.0%'):>6} {same:>5}")
+    for p in r.per_prompt:
+        same = "-" if r.identical is None else ("yes" if p.identical else "NO")
+        lines.append(f"{p.id[:20]:<20} {_f(p.baseline_tps, '.1f'):>9} {_f(p.spec_tps, '.1f'):>9} "
+                     f"{_f(p.speedup, '.2f', 'x'):>8} {_f(p.acceptance_rate, '.1%'):>7} "
+                     f"{_f(p.mean_accepted):>8} {_f(p.c):>5} {_f(p.v):>5} {_f(p.bound, '.2f', 'x'):>6} "
+                     f"{_f(p.paused, '.0%'):>6} {same:>5}")
     lines.append("-" * len(head))
-    same = "-" if r["identical"] is None else ("yes" if r["identical"] else "NO")
-    lines.append(f"{'median':<20} {_f(r['baseline_tps'], '.1f'):>9} {_f(r['spec_tps'], '.1f'):>9} "
-                 f"{_f(r['speedup'], '.2f', 'x'):>8} {_f(r['acceptance_rate'], '.1%'):>7} "
-                 f"{_f(r['mean_accepted']):>8} {_f(r['c']):>5} {_f(r['v']):>5} {_f(r['bound'], '.2f', 'x'):>6} "
-                 f"{_f(r.get('paused'), '.0%'):>6} {same:>5}")
-    lines.append(f"efficiency (speedup / bound): {_f(r['efficiency'])}   mean K: {_f(r['mean_k'], '.1f')}   "
-                 f"alpha: {_f(r['alpha'], '.3f')}")
-    if r.get("limit"):
-        lines.append(f"speculation paused on {_f(r.get('paused'), '.0%')} of target passes: {r['limit']}")
-    ref = r.get("reference")
+    same = "-" if r.identical is None else ("yes" if r.identical else "NO")
+    lines.append(f"{'median':<20} {_f(r.baseline_tps, '.1f'):>9} {_f(r.spec_tps, '.1f'):>9} "
+                 f"{_f(r.speedup, '.2f', 'x'):>8} {_f(r.acceptance_rate, '.1%'):>7} "
+                 f"{_f(r.mean_accepted):>8} {_f(r.c):>5} {_f(r.v):>5} {_f(r.bound, '.2f', 'x'):>6} "
+                 f"{_f(r.paused, '.0%'):>6} {same:>5}")
+    lines.append(f"efficiency (speedup / bound): {_f(r.efficiency)}   mean K: {_f(r.mean_k, '.1f')}   "
+                 f"alpha: {_f(r.alpha, '.3f')}")
+    if r.limit:
+        lines.append(f"speculation paused on {_f(r.paused, '.0%')} of target passes: {r.limit}")
+    ref = r.reference
     if ref:
         lines.append(f"reference {ref['kind']}: {_f(ref['tps'], '.1f')} t/s; Tandem {ref['compares']} / reference = "
                      f"{_f(ref['ratio'], '.3f')}x (median of per-prompt ratios)")
         if ref["kind"] == "bare-spec":
             lines.append(f"reference bare-spec speedup over Tandem's plain decoding: {_f(ref['speedup'], '.2f', 'x')}")
-    for m in r["mismatches"]:
+    for m in r.mismatches:
         lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g})")
     return "\n".join(lines)

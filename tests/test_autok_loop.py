@@ -45,8 +45,8 @@ def test_paused_auto_k_decodes_plainly_and_identically(smol_pair):
     assert all(s.paused or s.probe for s in steps)
     assert sum(s.paused for s in steps) >= len(steps) - 2
     assert all(s.limit and "cannot pay" in s.limit for s in steps if s.paused)
-    assert done.stats["paused_steps"] == sum(s.paused for s in steps)
-    assert "cannot pay" in done.stats["limit"]
+    assert done.stats.paused_steps == sum(s.paused for s in steps)
+    assert "cannot pay" in done.stats.limit
     assert smol_pair.draft.cached == []  # never woken: no prefill, no catch-up
 
 

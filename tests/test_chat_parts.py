@@ -7,10 +7,12 @@ import html as htmllib
 import random
 import re
 import threading
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
+from app.engine.stats import Summary
 from app.ui import panel, race, reply, speedup
 from app.ui.chatqueue import Sessions
 
@@ -73,9 +75,8 @@ def test_corrected_tokens_carry_what_the_draft_proposed():
     assert 'data-d="␣dog"' in out and 'data-t="␣cat"' in out and 'data-q="0.42"' in out and 'data-p="2"' in out
 
 
-SPEC = {"tokens": 150, "steps": 41, "spec_steps": 41, "drafted": 133, "accepted": 128, "rejections": 4,
-        "alpha": 0.97, "mean_k": 3.2, "t_draft": 0.5, "t_verify": 2.0, "t_verify_spec": 2.0, "t_total": 3.0,
-        "tokens_per_s": 50.0}
+SPEC = Summary(tokens=150, steps=41, spec_steps=41, drafted=133, accepted=128, rejections=4, alpha=0.97, mean_k=3.2,
+               t_draft=0.5, t_verify=2.0, t_verify_spec=2.0, t_total=3.0, tokens_per_s=50.0)
 
 
 def test_no_speedup_is_claimed_with_speculation_off_even_with_a_measurement():
@@ -92,7 +93,7 @@ def test_measured_speedup_wins_and_gives_seconds_saved():
 
 
 def test_estimate_uses_the_replys_own_plain_steps_before_a_stored_baseline():
-    summary = dict(SPEC, steps=45, t_verify=2.2)  # 4 plain steps of 50 ms each
+    summary = replace(SPEC, steps=45, t_verify=2.2)  # 4 plain steps of 50 ms each
     claim = speedup.choose(summary, True, None, {"tps": 100.0, "measured_at": "2020-01-01 00:00"})
     assert claim["kind"] == "estimate" and "this reply" in claim["source"]
     t_step = 0.05

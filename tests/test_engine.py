@@ -33,7 +33,7 @@ def test_greedy_speculative_equals_plain_on_the_suite(smol_pair, proposer, k, ev
         spec, stats = _run(smol_pair, tokens, max_tokens=TOKENS, proposer=proposer, k=k)
         assert spec == plain, f"{prompt.id}: speculative output differs from plain ({proposer}, K={k})"
         if proposer == "draft":
-            assert stats["drafted"] > 0
+            assert stats.drafted > 0
 
 
 def test_target_drafting_for_itself_accepts_nearly_everything(smol_paths):
@@ -43,7 +43,7 @@ def test_target_drafting_for_itself_accepts_nearly_everything(smol_paths):
         plain, _ = _run(pair, prompt, max_tokens=TOKENS, speculative=False)
         spec, stats = _run(pair, prompt, max_tokens=TOKENS, k=4)
     assert spec == plain
-    assert stats["acceptance_rate"] >= 0.95
+    assert stats.acceptance_rate >= 0.95
 
 
 def test_events_carry_provenance_and_timings(smol_pair):
@@ -61,7 +61,7 @@ def test_events_carry_provenance_and_timings(smol_pair):
     assert all(s.t_verify > 0 for s in steps)
     accepted = [t for t in tokens if t.kind == ACCEPTED]
     assert all(t.draft_pos is not None and 0 < t.draft_prob <= 1 for t in accepted)
-    assert done.stats["acceptance_rate"] == pytest.approx(
+    assert done.stats.acceptance_rate == pytest.approx(
         sum(s.accepted for s in steps) / sum(s.drafted for s in steps))
 
 
@@ -96,7 +96,7 @@ def test_seeded_sampling_is_reproducible_and_exactness_path_runs(smol_pair):
     b, _ = _run(smol_pair, prompt, max_tokens=32, sampler=sampler, k=4)
     c, sc = _run(smol_pair, prompt, max_tokens=32, sampler=sampler, k=4, rule="match")
     assert a == b and len(a) > 0 and len(c) > 0
-    assert sa["drafted"] > 0 and sc["drafted"] > 0
+    assert sa.drafted > 0 and sc.drafted > 0
 
 
 def test_utf8_split_across_tokens_streams_whole_characters(smol_pair):

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from app.engine.stats import Summary
 from app.ui import openai_format as F
 from app.ui import openai_schema as schema
 from app.ui import settings as S
@@ -39,8 +40,8 @@ def test_tokens_through_counts_the_tokens_that_produce_the_text():
 
 
 def test_stats_in_both_conventions_are_consistent():
-    summary = {"tokens": 10, "drafted": 12, "accepted": 8, "steps": 3, "tokens_per_s": 50.0, "t_total": 0.2,
-               "acceptance_rate": 8 / 12, "mean_accepted": 10 / 3, "per_position": [1.0, 0.5]}
+    summary = Summary(tokens=10, drafted=12, accepted=8, steps=3, tokens_per_s=50.0, t_total=0.2,
+                      acceptance_rate=8 / 12, mean_accepted=10 / 3, per_position=[1.0, 0.5])
     st = F.lmstudio_stats(summary, speculative=True, draft_model="d.gguf", completion_tokens=10, ttft=0.1,
                           reason="max_tokens")
     assert st["total_draft_tokens_count"] == st["accepted_draft_tokens_count"] + st["rejected_draft_tokens_count"] \

@@ -13,7 +13,7 @@ import pytest
 from app.lab import tune
 from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab
-from app.engine.stats import leviathan_bound
+from app.engine.stats import Summary, leviathan_bound
 from app.lab.tuned import load_tuned
 
 CELL_KEYS = {"draft", "k", "speedup", "acceptance_rate", "mean_accepted", "c", "v", "bound", "per_position",
@@ -44,18 +44,22 @@ def test_parse_ks():
 
 
 def test_cell_math_and_best():
-    run = {"drafted": 8, "accepted": 6, "rejections": 2, "spec_steps": 2, "steps": 3, "tokens": 9,
-           "t_draft": 0.08, "t_verify_spec": 0.3, "tested_at": [2, 2, 2, 2], "accepted_at": [2, 2, 1, 1],
-           "tokens_per_s": 30.0}
+    run = Summary(drafted=8, accepted=6, rejections=2, spec_steps=2, steps=3, tokens=9, t_draft=0.08,
+                  t_verify_spec=0.3, tested_at=[2, 2, 2, 2], accepted_at=[2, 2, 1, 1], tokens_per_s=30.0)
     s = tune.pool([run, run])
-    assert s["acceptance_rate"] == pytest.approx(0.75) and s["alpha"] == pytest.approx(0.75)
-    assert s["per_position"] == [1.0, 1.0, 0.5, 0.5]
+    assert s.acceptance_rate == pytest.approx(0.75) and s.alpha == pytest.approx(0.75)
+    assert s.per_position == [1.0, 1.0, 0.5, 0.5]
     c, v, bound = tune.costs(s, baseline_tps=20.0)
     assert c == pytest.approx(0.01 / 0.05) and v == pytest.approx(0.15 / 0.05)
     assert bound == pytest.approx(leviathan_bound(0.75, 4.0, c, v))
-    cells = [{"draft": d, "proposer": "draft", "draft_path": None, "k": k, "p_min": None, "bound": None,
-              "per_prompt": [{"category": "code", "speedup": s1}, {"category": "chat", "speedup": s2}]}
-             for d, k, s1, s2 in (("a", 2, 1.2, 1.4), ("a", 4, 1.9, 0.9), ("lookup", 2, 1.1, 1.6))]
+
+    def cell(draft: str, k: int, speedups: tuple):
+        entries = [tune.CellPrompt(id=cat, category=cat, speedup=x, tps=None, baseline_tps=None, acceptance_rate=0.0,
+                                   mean_accepted=0.0, alpha=0.0, mean_k=0.0, c=None, v=None, bound=None, paused=None,
+                                   limit=None) for cat, x in zip(("code", "chat"), speedups)]
+        return tune.cell_summary(tune.Candidate(draft), k, None, entries, 2)
+
+    cells = [cell(d, k, (s1, s2)) for d, k, s1, s2 in (("a", 2, 1.2, 1.4), ("a", 4, 1.9, 0.9), ("lookup", 2, 1.1, 1.6))]
     best = tune.best_cell(cells)  # by the median over prompts (1.3, 1.4, 1.35), not by one prompt's best
     assert (best["draft"], best["k"], best["speedup"]) == ("a", 4, pytest.approx(1.4))
     recs = tune.recommend(cells, ["code", "chat"])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
+from app.engine.stats import Summary
 from app.ui import api, chat_tab, panel, reply
 from app.ui.settings import resolve
 from app.ui.state import AppState
@@ -51,7 +52,7 @@ class FakePair:
             yield TokenEvent(token=100 + i, text=text, kind=kinds[i % 4], step=i, draft_pos=0, draft_prob=0.5,
                              index=i)
             yield StepEvent(step=i, drafted=1, accepted=1, emitted=1, t_draft=0.001, t_verify=0.001, k=1)
-        yield DoneEvent(reason="eog", stats={"tokens_per_s": 100.0, "acceptance_rate": 1.0, "mean_accepted": 1.0},
+        yield DoneEvent(reason="eog", stats=Summary(tokens_per_s=100.0, acceptance_rate=1.0, mean_accepted=1.0),
                         tokens=tuple(range(100, 100 + len(pieces(PAYLOAD)))))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Union
 
+from app.engine.stats import Summary
+
 # Provenance of an emitted token.
 ACCEPTED = "accepted"  # a draft token the target verified
 CORRECTED = "corrected"  # the target's own token at the first rejected draft position
@@ -43,11 +45,12 @@ class StepEvent:
 @dataclass(frozen=True)
 class DoneEvent:
     reason: str  # "eog", "max_tokens", "stopped", "context"
-    stats: dict = field(default_factory=dict)  # Stats.summary()
+    stats: Summary = field(default_factory=Summary)  # Stats.summary()
     text: str = ""  # the whole generated text
     tokens: tuple = ()  # generated token ids (end-of-generation token excluded)
 
     def as_dict(self) -> dict:
+        """JSON-ready: ``stats`` as ``Summary.to_dict``."""
         return asdict(self)
 
 

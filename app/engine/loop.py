@@ -25,7 +25,7 @@ from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
 from app.engine.proposers import Draft, PromptLookupProposer, Proposer
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
-from app.engine.stats import Stats
+from app.engine.stats import Stats, Summary
 from app.engine.target import Target
 from app.engine.text import Utf8Stream
 from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
@@ -200,17 +200,17 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     if tail:
         text.append(tail)
         yield TokenEvent(token=-1, text=tail, kind=PLAIN, step=step, index=emitted)
-    stats.limit = (length.limit() or stats.limit) if stats.paused_steps else None
+    stats.end(length.limit())
     yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps), text="".join(text),
                     tokens=tuple(tokens[len(prompt):]))
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
-        baseline_tps: Optional[float] = None, length: Optional[DraftLength] = None) -> tuple[list[int], dict]:
+        baseline_tps: Optional[float] = None, length: Optional[DraftLength] = None) -> tuple[list[int], Summary]:
     """Run a whole generation; (generated token ids, stats summary, with speedup if a baseline is given)."""
     done = None
     for ev in generate(target, prompt, cfg, proposer, baseline_tps=baseline_tps, length=length):
         if isinstance(ev, DoneEvent):
             done = ev
     assert done is not None
-    return list(done.tokens), dict(done.stats)
+    return list(done.tokens), done.stats

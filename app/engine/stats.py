@@ -20,10 +20,11 @@ tokens per target pass).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
-from typing import Iterable, Optional, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
-from app.engine.events import StepEvent
+if TYPE_CHECKING:  # events.py carries a Summary in DoneEvent
+    from app.engine.events import StepEvent
 
 
 def expected_tokens(alpha: float, gamma: float) -> float:
@@ -38,9 +39,54 @@ def leviathan_bound(alpha: float, gamma: float, c: float, v: float) -> float:
     return expected_tokens(alpha, gamma) / (gamma * c + v)
 
 
+@dataclass(frozen=True)
+class Summary:
+    """The figures of one generation (``Stats.summary``) or of several pooled (``pool``). The field names and
+    their order are a JSON contract (API responses, bench and Pair lab results, saved history): ``to_dict``.
+    ``Summary()`` is an empty generation's."""
+
+    tokens: int = 0  # emitted
+    steps: int = 0  # target passes
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float = 0.0  # accepted / drafted
+    mean_accepted: float = 0.0  # tokens per target pass
+    alpha: float = 0.0  # accepted / (accepted + rejections)
+    mean_k: float = 0.0  # drafted tokens per target pass that drafted
+    per_position: list = field(default_factory=list)  # acceptance rate at each draft position
+    histogram: list = field(default_factory=list)  # histogram[n] = steps that accepted n tokens
+    tested_at: list = field(default_factory=list)
+    accepted_at: list = field(default_factory=list)
+    rejections: int = 0
+    spec_steps: int = 0
+    t_verify_spec: float = 0.0
+    tokens_per_s: float = 0.0
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_total: float = 0.0  # decode time (prefill excluded)
+    baseline_tps: Optional[float] = None
+    speedup: Optional[float] = None  # tokens_per_s / baseline_tps
+    paused_steps: int = 0
+    probe_steps: int = 0
+    limit: Optional[str] = None
+    c: Optional[float] = None  # see ``costs``
+    v: Optional[float] = None
+    bound: Optional[float] = None
+    efficiency: Optional[float] = None  # speedup / bound
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def paused_share(self) -> Optional[float]:
+        """The share of target passes that auto K decoded plainly because drafting was expected to lose."""
+        return self.paused_steps / self.steps if self.steps else None
+
+
 @dataclass
 class Stats:
-    """Accumulates StepEvents of one generation (or several, for a benchmark)."""
+    """Accumulates StepEvents of one generation (or several, for a benchmark), and the wall clock of the steps
+    when ``add`` is told when each arrived (a running generation's live decode time)."""
 
     steps: int = 0  # target passes
     emitted: int = 0
@@ -49,7 +95,7 @@ class Stats:
     rejections: int = 0  # steps where a drafted token was judged and refused
     t_draft: float = 0.0
     t_verify: float = 0.0
-    t_total: float = 0.0  # decode wall time (prefill excluded)
+    t_total: float = 0.0  # decode time, the steps' own wall seconds summed (prefill excluded)
     spec_steps: int = 0  # steps that verified a non-empty draft
     t_verify_spec: float = 0.0
     tested_at: list = field(default_factory=list)  # per draft position: times judged
@@ -57,9 +103,17 @@ class Stats:
     histogram: list = field(default_factory=list)  # histogram[n] = steps that accepted n tokens
     paused_steps: int = 0  # plain steps taken because auto K expected drafting to lose
     probe_steps: int = 0  # steps auto K drafted to measure while paused (or before it knew the costs)
-    limit: Optional[str] = None  # why speculation paused, in words (set by the loop at the end)
+    limit: Optional[str] = None  # why speculation paused, in words (the loop's last word: ``end``)
+    t_first: Optional[float] = None  # clock reading when decoding began (from the first ``add(ev, now)``)
+    t_last: Optional[float] = None  # clock reading of the latest ``add(ev, now)``
 
-    def add(self, ev: StepEvent) -> None:
+    def add(self, ev: StepEvent, now: Optional[float] = None) -> None:
+        """Count one step; ``now`` (a ``time.perf_counter()`` reading when it arrived) also times the decode
+        from the clock: it began the first step's draft and verify seconds before that step arrived."""
+        if now is not None:
+            if self.t_first is None:
+                self.t_first = now - (ev.t_draft + ev.t_verify)
+            self.t_last = now
         self.steps += 1
         self.emitted += ev.emitted
         self.drafted += ev.drafted
@@ -86,6 +140,18 @@ class Stats:
                 self.accepted_at[i] += 1
             self.histogram[ev.accepted] += 1
 
+    def end(self, limit: Optional[str]) -> None:
+        """The generation is over: why speculation paused is ``limit`` (the draft-length policy's final word)
+        or else the latest pause's reason; None if it never paused."""
+        self.limit = (limit or self.limit) if self.paused_steps else None
+
+    @property
+    def wall(self) -> Optional[float]:
+        """Decode seconds from the clock readings given to ``add`` (None before the first)."""
+        if self.t_first is None or self.t_last is None:
+            return None
+        return max(self.t_last - self.t_first, 1e-9)
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
@@ -104,41 +170,23 @@ class Stats:
     def mean_gamma(self) -> float:
         return self.drafted / self.spec_steps if self.spec_steps else 0.0
 
-    @property
-    def tokens_per_s(self) -> float:
-        return self.emitted / self.t_total if self.t_total > 0 else 0.0
-
-    def summary(self, baseline_tps: Optional[float] = None) -> dict:
-        speedup = self.tokens_per_s / baseline_tps if baseline_tps and self.t_total > 0 else None
-        out = {
-            "tokens": self.emitted,
-            "steps": self.steps,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_accepted": self.mean_accepted,
-            "alpha": self.alpha,
-            "mean_k": self.mean_gamma,
-            "per_position": _per_position(self.accepted_at, self.tested_at),
-            "histogram": list(self.histogram),
-            "tested_at": list(self.tested_at),
-            "accepted_at": list(self.accepted_at),
-            "rejections": self.rejections,
-            "spec_steps": self.spec_steps,
-            "t_verify_spec": self.t_verify_spec,
-            "tokens_per_s": self.tokens_per_s,
-            "t_draft": self.t_draft,
-            "t_verify": self.t_verify,
-            "t_total": self.t_total,
-            "baseline_tps": baseline_tps,
-            "speedup": speedup,
-            "paused_steps": self.paused_steps,
-            "probe_steps": self.probe_steps,
-            "limit": self.limit,
-        }
+    def summary(self, baseline_tps: Optional[float] = None, wall: bool = False) -> Summary:
+        """The figures so far; ``wall``: decode time from the clock (``Stats.wall``, the gaps between steps
+        included: a running generation's live estimate) where ``add`` was given it, else the steps' own."""
+        t_total = self.wall if wall and self.wall is not None else self.t_total
+        tps = self.emitted / t_total if t_total > 0 else 0.0
+        speedup = tps / baseline_tps if baseline_tps and t_total > 0 else None
+        out = Summary(
+            tokens=self.emitted, steps=self.steps, drafted=self.drafted, accepted=self.accepted,
+            acceptance_rate=self.acceptance_rate, mean_accepted=self.mean_accepted, alpha=self.alpha,
+            mean_k=self.mean_gamma, per_position=_per_position(self.accepted_at, self.tested_at),
+            histogram=list(self.histogram), tested_at=list(self.tested_at), accepted_at=list(self.accepted_at),
+            rejections=self.rejections, spec_steps=self.spec_steps, t_verify_spec=self.t_verify_spec,
+            tokens_per_s=tps, t_draft=self.t_draft, t_verify=self.t_verify, t_total=t_total,
+            baseline_tps=baseline_tps, speedup=speedup, paused_steps=self.paused_steps,
+            probe_steps=self.probe_steps, limit=self.limit)
         c, v, bound = costs(out, baseline_tps)
-        out.update(c=c, v=v, bound=bound, efficiency=speedup / bound if speedup and bound else None)
-        return out
+        return replace(out, c=c, v=v, bound=bound, efficiency=speedup / bound if speedup and bound else None)
 
 
 def _grow(values: list, n: int) -> None:
@@ -146,33 +194,29 @@ def _grow(values: list, n: int) -> None:
         values.extend([0] * (n - len(values)))
 
 
-def pool(summaries: Sequence[dict]) -> dict:
-    """Pool several runs' ``Stats.summary`` dicts: counters summed, rates recomputed from the sums."""
-    keys = ("drafted", "accepted", "rejections", "spec_steps", "steps", "tokens", "t_draft", "t_verify",
-            "t_verify_spec", "paused_steps", "probe_steps")
-    s = {k: sum(st.get(k, 0) for st in summaries) for k in keys}
-    s["limit"] = next((st["limit"] for st in reversed(summaries) if st.get("limit")), None)
-    trials = s["accepted"] + s["rejections"]
-    s["alpha"] = s["accepted"] / trials if trials else 0.0
-    s["acceptance_rate"] = s["accepted"] / s["drafted"] if s["drafted"] else 0.0
-    s["mean_accepted"] = s["tokens"] / s["steps"] if s["steps"] else 0.0
-    s["mean_k"] = s["drafted"] / s["spec_steps"] if s["spec_steps"] else 0.0
-    s["tested_at"] = _sum_lists(st.get("tested_at", []) for st in summaries)
-    s["accepted_at"] = _sum_lists(st.get("accepted_at", []) for st in summaries)
-    s["histogram"] = _sum_lists(st.get("histogram", []) for st in summaries)
-    s["per_position"] = _per_position(s["accepted_at"], s["tested_at"])
-    return s
+def pool(summaries: Sequence[Summary]) -> Summary:
+    """Pool several runs' summaries: counters summed, rates recomputed from the sums (no baseline, so no
+    speedup, c, v or bound: ``costs`` gives those for the pool and a baseline)."""
+    total = lambda name: sum(getattr(s, name) for s in summaries)  # noqa: E731
+    return Stats(
+        steps=total("steps"), emitted=total("tokens"), drafted=total("drafted"), accepted=total("accepted"),
+        rejections=total("rejections"), t_draft=total("t_draft"), t_verify=total("t_verify"),
+        t_total=total("t_total"), spec_steps=total("spec_steps"), t_verify_spec=total("t_verify_spec"),
+        tested_at=_sum_lists(s.tested_at for s in summaries), accepted_at=_sum_lists(s.accepted_at for s in summaries),
+        histogram=_sum_lists(s.histogram for s in summaries), paused_steps=total("paused_steps"),
+        probe_steps=total("probe_steps"), limit=next((s.limit for s in reversed(summaries) if s.limit), None),
+    ).summary()
 
 
-def costs(pooled: dict, baseline_tps: Optional[float]) -> tuple:
+def costs(pooled: Summary, baseline_tps: Optional[float]) -> tuple:
     """(c, v, bound) from pooled stats and the plain tokens/s: c = draft cost per drafted token and v = cost
     of a verify pass, both in plain target steps; bound = the predicted speedup (``leviathan_bound``)."""
-    if not baseline_tps or not pooled["drafted"] or not pooled["spec_steps"]:
+    if not baseline_tps or not pooled.drafted or not pooled.spec_steps:
         return None, None, None
     t_target = 1.0 / baseline_tps
-    c = pooled["t_draft"] / pooled["drafted"] / t_target
-    v = pooled["t_verify_spec"] / pooled["spec_steps"] / t_target
-    return c, v, leviathan_bound(pooled["alpha"], pooled["mean_k"], c, v)
+    c = pooled.t_draft / pooled.drafted / t_target
+    v = pooled.t_verify_spec / pooled.spec_steps / t_target
+    return c, v, leviathan_bound(pooled.alpha, pooled.mean_k, c, v)
 
 
 def median(values: Iterable[Optional[float]]) -> Optional[float]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import statistics
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -22,7 +22,7 @@ import numpy as np
 from app.engine.backend import ContextFullError
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
-from app.engine.stats import costs, median, pool
+from app.engine.stats import Summary, costs, median, pool
 
 CATEGORIES = ("code", "chat", "summarize", "math")
 
@@ -92,11 +92,11 @@ def load_prompts(path: Optional[str | Path] = None, category: str = "all") -> li
 @dataclass
 class RunResult:
     tokens: list[int]
-    stats: dict
+    stats: Summary
 
     @property
     def tps(self) -> float:
-        return self.stats["tokens_per_s"]
+        return self.stats.tokens_per_s
 
 
 def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig) -> RunResult:
@@ -133,8 +133,8 @@ class BenchConfig:
 
 def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
               progress: Optional[Callable[[int, int, str], None]] = None,
-              cancel: Optional[threading.Event] = None) -> dict:
-    """Interleaved plain/speculative runs over ``prompts``; the result dict is the bench JSON contract."""
+              cancel: Optional[threading.Event] = None) -> BenchResult:
+    """Interleaved plain/speculative runs over ``prompts``; ``to_dict()`` of the result is the bench JSON."""
     spec_cfg = bcfg.gen
     plain_cfg = GenConfig(max_tokens=spec_cfg.max_tokens, sampler=spec_cfg.sampler, speculative=False)
     encoded, skipped = encode(pair, prompts)
@@ -153,8 +153,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
             order = order if r % 2 == 0 else order[::-1]
             for mode in order:
                 if cancel is not None and cancel.is_set():
-                    return dict(_aggregate(per_prompt, spec_cfg, partial=True, reference=bcfg.reference),
-                                skipped=skipped)
+                    return _aggregate(per_prompt, spec_cfg, True, bcfg.reference, skipped)
                 if mode == "ref":
                     ref_tps.append(_reference(bcfg.reference, pair, tokens, spec_cfg))
                 else:
@@ -166,11 +165,11 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
         row = _prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg)
         if bcfg.reference:
             ref = statistics.median(ref_tps)
-            ours = row["baseline_tps"] if bcfg.reference == "bare" else row["spec_tps"]
-            row.update(reference_tps=ref, reference_ratio=ours / ref if ref else None,
-                       reference_speedup=ref / row["baseline_tps"] if row["baseline_tps"] else None)
+            ours = row.baseline_tps if bcfg.reference == "bare" else row.spec_tps
+            row = replace(row, reference_tps=ref, reference_ratio=ours / ref if ref else None,
+                          reference_speedup=ref / row.baseline_tps if row.baseline_tps else None)
         per_prompt.append(row)
-    return dict(_aggregate(per_prompt, spec_cfg, partial=False, reference=bcfg.reference), skipped=skipped)
+    return _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped)
 
 
 def encode(pair: Pair, prompts: Sequence[Prompt]) -> tuple[list[tuple[Prompt, list[int]]], list[dict]]:
@@ -206,8 +205,92 @@ def _reference(kind: str, pair: Pair, tokens: list[int], cfg: GenConfig) -> floa
     raise ValueError(f"unknown reference {kind!r}; choose one of {', '.join(REFERENCES)}")
 
 
+PRIVATE = {"json": False}  # dataclass field metadata: kept on the object, left out of ``to_dict``
+
+
+def public_dict(obj) -> dict:
+    """A result dataclass as its JSON dict: every field not marked ``PRIVATE``, in order, values as they are."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if f.metadata.get("json", True)}
+
+
+REFERENCE_KEYS = ("reference_tps", "reference_ratio", "reference_speedup")
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    """One prompt of a benchmark (``to_dict``: an entry of the JSON's ``per_prompt``)."""
+
+    id: str
+    category: str
+    prompt: str  # the prompt's first 60 characters
+    baseline_tps: float  # median over repeats
+    spec_tps: float
+    speedup: Optional[float]
+    acceptance_rate: float  # this and the rest up to ``limit`` from the speculative runs pooled
+    mean_accepted: float
+    alpha: float
+    mean_k: float
+    per_position: list
+    histogram: list
+    c: Optional[float]
+    v: Optional[float]
+    bound: Optional[float]
+    identical: bool
+    mismatch: Optional[dict]  # ``divergence`` of the first speculative run that differs (greedy only)
+    paused: Optional[float]
+    limit: Optional[str]
+    tokens: int
+    plain_runs: list  # tokens/s of each run
+    spec_runs: list
+    pooled: Summary = field(default_factory=Summary, repr=False, metadata=PRIVATE)  # the speculative runs'
+    reference_tps: Optional[float] = None  # with a reference decoder only (then all three are in the JSON)
+    reference_ratio: Optional[float] = None
+    reference_speedup: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        out = public_dict(self)
+        if self.reference_tps is None:
+            for key in REFERENCE_KEYS:
+                del out[key]
+        return out
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What ``run_bench`` measured; ``to_dict`` is the bench JSON contract (``launcher.py bench --json``)."""
+
+    baseline_tps: Optional[float]  # medians over prompts
+    spec_tps: Optional[float]
+    speedup: Optional[float]
+    acceptance_rate: Optional[float]  # from every prompt's speculative runs pooled
+    mean_accepted: Optional[float]
+    alpha: Optional[float]
+    identical: Optional[bool]  # None at T > 0
+    mismatches: list  # {"prompt", "position", "gap"}
+    c: Optional[float]
+    v: Optional[float]
+    bound: Optional[float]
+    efficiency: Optional[float]
+    paused: Optional[float]
+    limit: Optional[str]
+    k: object
+    mean_k: Optional[float]
+    per_position: list
+    histogram: list
+    proposer: str
+    temperature: float
+    max_tokens: int
+    partial: bool
+    reference: Optional[dict]
+    per_prompt: list  # PromptRow
+    skipped: list = field(default_factory=list)  # prompts past the context: {"id", "category", "error"}
+
+    def to_dict(self) -> dict:
+        return dict(public_dict(self), per_prompt=[p.to_dict() for p in self.per_prompt])
+
+
 def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[RunResult],
-                   spec: list[RunResult], cfg: GenConfig) -> dict:
+                   spec: list[RunResult], cfg: GenConfig) -> PromptRow:
     base = statistics.median(r.tps for r in plain)
     spec_tps = statistics.median(r.tps for r in spec)
     s = pool([r.stats for r in spec])
@@ -217,56 +300,52 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
     if cfg.sampler.greedy and not identical:
         first_bad = next(r for r in spec if r.tokens != plain[0].tokens)
         mismatch = divergence(pair, tokens, plain[0].tokens, first_bad.tokens)
-    return {
-        "id": prompt.id, "category": prompt.category, "prompt": prompt.label,
-        "baseline_tps": base, "spec_tps": spec_tps, "speedup": spec_tps / base if base else None,
-        "acceptance_rate": s["acceptance_rate"], "mean_accepted": s["mean_accepted"], "alpha": s["alpha"],
-        "mean_k": s["mean_k"], "per_position": s["per_position"], "histogram": s["histogram"],
-        "c": c, "v": v, "bound": bound, "identical": identical, "mismatch": mismatch,
-        "paused": paused_share(s), "limit": s["limit"],
-        "tokens": len(plain[0].tokens), "plain_runs": [r.tps for r in plain], "spec_runs": [r.tps for r in spec],
-        "_sums": s,
-    }
+    return PromptRow(
+        id=prompt.id, category=prompt.category, prompt=prompt.label,
+        baseline_tps=base, spec_tps=spec_tps, speedup=spec_tps / base if base else None,
+        acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, alpha=s.alpha,
+        mean_k=s.mean_k, per_position=s.per_position, histogram=s.histogram,
+        c=c, v=v, bound=bound, identical=identical, mismatch=mismatch,
+        paused=s.paused_share, limit=s.limit,
+        tokens=len(plain[0].tokens), plain_runs=[r.tps for r in plain], spec_runs=[r.tps for r in spec],
+        pooled=s,
+    )
 
 
-def paused_share(pooled: dict) -> Optional[float]:
-    """The share of target passes that auto K decoded plainly because drafting was expected to lose."""
-    return pooled["paused_steps"] / pooled["steps"] if pooled.get("steps") else None
-
-
-def _aggregate(per_prompt: list[dict], cfg: GenConfig, partial: bool, reference: Optional[str] = None) -> dict:
-    pooled = pool([p["_sums"] for p in per_prompt]) if per_prompt else {}
-    speedup, bound = median([p["speedup"] for p in per_prompt]), median([p["bound"] for p in per_prompt])
-    mismatches = [{"prompt": p["id"], **p["mismatch"]} for p in per_prompt if p["mismatch"]]
-    return {
-        "baseline_tps": median([p["baseline_tps"] for p in per_prompt]),
-        "spec_tps": median([p["spec_tps"] for p in per_prompt]),
-        "speedup": speedup,
-        "acceptance_rate": pooled.get("acceptance_rate"),
-        "mean_accepted": pooled.get("mean_accepted"),
-        "alpha": pooled.get("alpha"),
-        "identical": all(p["identical"] for p in per_prompt) if cfg.sampler.greedy else None,
-        "mismatches": mismatches,
-        "c": median([p["c"] for p in per_prompt]),
-        "v": median([p["v"] for p in per_prompt]),
-        "bound": bound,
-        "efficiency": speedup / bound if speedup and bound else None,
-        "paused": paused_share(pooled) if pooled else None,
-        "limit": pooled.get("limit"),
-        "k": cfg.k,
-        "mean_k": pooled.get("mean_k"),
-        "per_position": pooled.get("per_position", []),
-        "histogram": pooled.get("histogram", []),
-        "proposer": cfg.proposer,
-        "temperature": cfg.sampler.temperature,
-        "max_tokens": cfg.max_tokens,
-        "partial": partial,
-        "reference": None if not reference else {
+def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, reference: Optional[str],
+               skipped: list) -> BenchResult:
+    pooled = pool([p.pooled for p in per_prompt]) if per_prompt else None
+    speedup, bound = median([p.speedup for p in per_prompt]), median([p.bound for p in per_prompt])
+    return BenchResult(
+        baseline_tps=median([p.baseline_tps for p in per_prompt]),
+        spec_tps=median([p.spec_tps for p in per_prompt]),
+        speedup=speedup,
+        acceptance_rate=pooled.acceptance_rate if pooled else None,
+        mean_accepted=pooled.mean_accepted if pooled else None,
+        alpha=pooled.alpha if pooled else None,
+        identical=all(p.identical for p in per_prompt) if cfg.sampler.greedy else None,
+        mismatches=[{"prompt": p.id, **p.mismatch} for p in per_prompt if p.mismatch],
+        c=median([p.c for p in per_prompt]),
+        v=median([p.v for p in per_prompt]),
+        bound=bound,
+        efficiency=speedup / bound if speedup and bound else None,
+        paused=pooled.paused_share if pooled else None,
+        limit=pooled.limit if pooled else None,
+        k=cfg.k,
+        mean_k=pooled.mean_k if pooled else None,
+        per_position=pooled.per_position if pooled else [],
+        histogram=pooled.histogram if pooled else [],
+        proposer=cfg.proposer,
+        temperature=cfg.sampler.temperature,
+        max_tokens=cfg.max_tokens,
+        partial=partial,
+        reference=None if not reference else {
             "kind": reference,
-            "tps": median([p.get("reference_tps") for p in per_prompt]),
-            "ratio": median([p.get("reference_ratio") for p in per_prompt]),
-            "speedup": median([p.get("reference_speedup") for p in per_prompt]),  # reference / Tandem plain
+            "tps": median([p.reference_tps for p in per_prompt]),
+            "ratio": median([p.reference_ratio for p in per_prompt]),
+            "speedup": median([p.reference_speedup for p in per_prompt]),  # reference / Tandem plain
             "compares": "plain tokens/s" if reference == "bare" else "speculative tokens/s",
         },
-        "per_prompt": [{k: v for k, v in p.items() if k != "_sums"} for p in per_prompt],
-    }
+        per_prompt=list(per_prompt),
+        skipped=skipped,
+    )

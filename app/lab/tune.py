@@ -20,11 +20,11 @@ from typing import Callable, Optional, Sequence, Union
 
 from app.engine import limits
 from app.engine.backend import BackendError, LoadOptions, Model
-from app.lab.bench import Prompt, encode, measure, paused_share
+from app.lab.bench import PRIVATE, Prompt, encode, measure, public_dict
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair, draft_options_for
 from app.engine.sampling import SamplerSettings
-from app.engine.stats import costs, median, pool
+from app.engine.stats import Summary, costs, median, pool
 from app.engine.vocab import IncompatiblePair, check
 
 BASELINE_EVERY = 4  # speculative runs between two plain baselines of the same prompt
@@ -164,54 +164,109 @@ class _Clock:
             self.progress(self.done, self.total, what, eta)
 
 
-def _prompt_entry(prompt: Prompt, runs: list[tuple[dict, float]]) -> dict:
+@dataclass(frozen=True)
+class CellPrompt:
+    """One prompt's figures in one cell (``to_dict``: an entry of the cell's ``per_prompt``)."""
+
+    id: str
+    category: str
+    speedup: Optional[float]  # median over its runs of spec tokens/s ÷ the paired baseline
+    tps: Optional[float]
+    baseline_tps: Optional[float]
+    acceptance_rate: float  # this and the rest from its runs pooled
+    mean_accepted: float
+    alpha: float
+    mean_k: float
+    c: Optional[float]
+    v: Optional[float]
+    bound: Optional[float]
+    paused: Optional[float]
+    limit: Optional[str]
+    pooled: Summary = field(default_factory=Summary, repr=False, metadata=PRIVATE)  # its runs, for the cell's pool
+
+    def to_dict(self) -> dict:
+        return public_dict(self)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (draft, K, p_min) of a sweep: medians over prompts; ``to_dict`` is the result's and history's cell."""
+
+    draft: str
+    proposer: str
+    draft_path: Optional[str]
+    k: object
+    p_min: Optional[float]
+    speedup: Optional[float]
+    speedup_min: Optional[float]  # spread: min and max of the per-prompt speedups
+    speedup_max: Optional[float]
+    acceptance_rate: Optional[float]
+    mean_accepted: Optional[float]
+    alpha: Optional[float]
+    mean_k: Optional[float]
+    c: Optional[float]
+    v: Optional[float]
+    bound: Optional[float]
+    tps: Optional[float]
+    baseline_tps: Optional[float]
+    per_position: list  # pooled over the prompts
+    paused: Optional[float]
+    limit: Optional[str]
+    prompts: int
+    complete: bool  # every prompt measured (not cut short by a cancel)
+    per_prompt: list  # CellPrompt
+
+    def to_dict(self) -> dict:
+        return dict(public_dict(self), per_prompt=[p.to_dict() for p in self.per_prompt])
+
+
+def _prompt_entry(prompt: Prompt, runs: list[tuple[Summary, float]]) -> CellPrompt:
     """One prompt's figures for one cell from its (spec stats, paired baseline tokens/s) runs."""
-    speedups = [st["tokens_per_s"] / base for st, base in runs if base]
+    speedups = [st.tokens_per_s / base for st, base in runs if base]
     base = median(b for _, b in runs)
     s = pool([st for st, _ in runs])
     c, v, bound = costs(s, base)
-    return {"id": prompt.id, "category": prompt.category, "speedup": median(speedups),
-            "tps": median(st["tokens_per_s"] for st, _ in runs), "baseline_tps": base,
-            "acceptance_rate": s["acceptance_rate"], "mean_accepted": s["mean_accepted"], "alpha": s["alpha"],
-            "mean_k": s["mean_k"], "c": c, "v": v, "bound": bound, "paused": paused_share(s), "limit": s["limit"],
-            "_sums": s}
+    return CellPrompt(id=prompt.id, category=prompt.category, speedup=median(speedups),
+                      tps=median(st.tokens_per_s for st, _ in runs), baseline_tps=base,
+                      acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, alpha=s.alpha,
+                      mean_k=s.mean_k, c=c, v=v, bound=bound, paused=s.paused_share, limit=s.limit, pooled=s)
 
 
-def cell_summary(cand: Candidate, k, p_min, per_prompt: list[dict], n_prompts: int) -> dict:
+def cell_summary(cand: Candidate, k, p_min, per_prompt: list[CellPrompt], n_prompts: int) -> Cell:
     """A cell: medians over prompts (spread = min/max of the per-prompt speedups), pooled per-position."""
-    speedups = [p["speedup"] for p in per_prompt if p["speedup"] is not None]
-    pooled = pool([p["_sums"] for p in per_prompt])
-    med = lambda key: median(p[key] for p in per_prompt)  # noqa: E731
-    return {
-        "draft": cand.id, "proposer": cand.proposer, "draft_path": cand.path, "k": k, "p_min": p_min,
-        "speedup": med("speedup"), "speedup_min": min(speedups) if speedups else None,
-        "speedup_max": max(speedups) if speedups else None,
-        "acceptance_rate": med("acceptance_rate"), "mean_accepted": med("mean_accepted"), "alpha": med("alpha"),
-        "mean_k": med("mean_k"), "c": med("c"), "v": med("v"), "bound": med("bound"),
-        "tps": med("tps"), "baseline_tps": med("baseline_tps"), "per_position": pooled["per_position"],
-        "paused": paused_share(pooled), "limit": pooled["limit"],
-        "prompts": len(per_prompt), "complete": len(per_prompt) == n_prompts,
-        "per_prompt": [{k2: v2 for k2, v2 in p.items() if k2 != "_sums"} for p in per_prompt],
-    }
+    speedups = [p.speedup for p in per_prompt if p.speedup is not None]
+    pooled = pool([p.pooled for p in per_prompt])
+    med = lambda key: median(getattr(p, key) for p in per_prompt)  # noqa: E731
+    return Cell(
+        draft=cand.id, proposer=cand.proposer, draft_path=cand.path, k=k, p_min=p_min,
+        speedup=med("speedup"), speedup_min=min(speedups) if speedups else None,
+        speedup_max=max(speedups) if speedups else None,
+        acceptance_rate=med("acceptance_rate"), mean_accepted=med("mean_accepted"), alpha=med("alpha"),
+        mean_k=med("mean_k"), c=med("c"), v=med("v"), bound=med("bound"),
+        tps=med("tps"), baseline_tps=med("baseline_tps"), per_position=pooled.per_position,
+        paused=pooled.paused_share, limit=pooled.limit,
+        prompts=len(per_prompt), complete=len(per_prompt) == n_prompts, per_prompt=list(per_prompt),
+    )
 
 
-def best_cell(cells: Sequence[dict], category: Optional[str] = None) -> Optional[dict]:
-    """The cell with the highest median speedup (over the prompts of ``category`` when given)."""
+def best_cell(cells: Sequence[Cell], category: Optional[str] = None) -> Optional[dict]:
+    """The cell with the highest median speedup (over the prompts of ``category`` when given), as the
+    recommendation the result, the history and the tuned settings keep."""
     scored = []
     for cell in cells:
-        rows = [p for p in cell["per_prompt"] if category in (None, "all") or p["category"] == category]
-        speedups = [p["speedup"] for p in rows if p["speedup"] is not None]
+        rows = [p for p in cell.per_prompt if category in (None, "all") or p.category == category]
+        speedups = [p.speedup for p in rows if p.speedup is not None]
         if speedups:
             scored.append((statistics.median(speedups), min(speedups), max(speedups), cell))
     if not scored:
         return None
     med, lo, hi, cell = max(scored, key=lambda t: t[0])
-    return {"draft": cell["draft"], "proposer": cell["proposer"], "draft_path": cell["draft_path"],
-            "k": cell["k"], "p_min": cell["p_min"], "speedup": med, "speedup_min": lo, "speedup_max": hi,
-            "bound": cell["bound"], "category": category or "all", "beats_plain": med > 1.0}
+    return {"draft": cell.draft, "proposer": cell.proposer, "draft_path": cell.draft_path,
+            "k": cell.k, "p_min": cell.p_min, "speedup": med, "speedup_min": lo, "speedup_max": hi,
+            "bound": cell.bound, "category": category or "all", "beats_plain": med > 1.0}
 
 
-def recommend(cells: Sequence[dict], categories: Sequence[str]) -> dict:
+def recommend(cells: Sequence[Cell], categories: Sequence[str]) -> dict:
     """Best (draft, K, p_min) overall ('all') and per prompt category."""
     out = {"all": best_cell(cells)}
     for cat in dict.fromkeys(categories):
@@ -256,7 +311,8 @@ def order_candidates(pair: Pair, candidates: Sequence[Candidate]) -> list[Candid
 def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
           cancel: Optional[threading.Event] = None) -> dict:
     """Run the sweep; returns ``{"cells", "best", "recommendations", "partial", …}`` (partial when cancelled;
-    cells then hold only what was measured). The pair's own draft is restored afterwards."""
+    cells then hold only what was measured), the JSON the history stores (cells as ``Cell.to_dict``). The
+    pair's own draft is restored afterwards."""
     started = time.time()
     prompts, skipped = encode(pair, cfg.prompts)  # a prompt past the context is reported, not run
     cfg = replace(cfg, prompts=[p for p, _ in prompts])
@@ -297,8 +353,8 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
     recs = recommend(cells, [p.category for p, _ in prompts])
     best = recs.get("all")
     return {
-        "cells": cells, "best": best, "recommendations": recs, "partial": partial, "errors": errors,
-        "skipped": skipped,
+        "cells": [cell.to_dict() for cell in cells], "best": best, "recommendations": recs, "partial": partial,
+        "errors": errors, "skipped": skipped,
         "baselines": [{"prompt": pid, "tps": tps} for pid, tps in baselines.items()],
         "baseline_tps": median(t for tps in baselines.values() for t in tps),
         "target": str(pair.target.path.name), "config": cfg.describe(),

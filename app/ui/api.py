@@ -97,16 +97,16 @@ def chat_payload(live: Live, status: str = "done") -> dict:
     claim = speedup.choose(s, live.speculative, None, {"tps": live.baseline_tps} if live.baseline_tps else None)
     return {
         "text": live.text,
-        "acceptance_rate": s.get("acceptance_rate") if live.speculative else None,
-        "mean_accepted": s.get("mean_accepted"),
-        "tokens_per_s": s.get("tokens_per_s"),
+        "acceptance_rate": s.acceptance_rate if live.speculative else None,
+        "mean_accepted": s.mean_accepted,
+        "tokens_per_s": s.tokens_per_s,
         "tokens": live.as_tokens(),
         "speculative": live.speculative,
         "speedup": claim["speedup"] if claim else None,  # the model's estimate; never with speculation off
         "speedup_kind": claim["kind"] if claim else None,
-        "bound": s.get("bound") if live.speculative else None,
+        "bound": s.bound if live.speculative else None,
         "baseline_tps": live.baseline_tps,
-        "per_position": s.get("per_position", []),
+        "per_position": list(s.per_position),
         "n_tokens": len(live.tokens),
         "reason": live.done.reason if live.done else None,
         "status": status,
@@ -121,15 +121,15 @@ def compare_payload(plain: Live, spec: Live, resolved: dict, order: str, prompt:
     spec_ids = list(spec.done.tokens) if spec.done else [t.token for t in spec.tokens]
     complete = plain.done is not None and spec.done is not None
     identical = complete and plain_ids == spec_ids
-    p_tps, s_tps = ps.get("tokens_per_s") or 0.0, ss.get("tokens_per_s") or 0.0
+    p_tps, s_tps = ps.tokens_per_s, ss.tokens_per_s
     return {
         "plain_text": plain.text,
         "spec_text": spec.text,
         "identical": identical if complete else None,
         "first_difference": None if identical or not complete else first_difference(plain_ids, spec_ids),
         "speedup": s_tps / p_tps if p_tps and s_tps else None,
-        "acceptance_rate": ss.get("acceptance_rate"),
-        "mean_accepted": ss.get("mean_accepted"),
+        "acceptance_rate": ss.acceptance_rate,
+        "mean_accepted": ss.mean_accepted,
         "plain_tps": p_tps,
         "spec_tps": s_tps,
         "plain_tokens": plain.as_tokens(),

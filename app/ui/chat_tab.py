@@ -242,7 +242,7 @@ def build(state: AppState) -> ChatView:
                 b = measure_baseline(state)
                 msg = f"Plain decoding: {b['tps']:.1f} tok/s on this pair and machine (stored for later)."
                 return keep, idle_counters(state), panel.status_html(msg, "ok"), keep
-            b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].get("tokens") or 1)
+            b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].tokens or 1)
         except Exception as exc:
             return keep, keep, panel.status_html(describe_error(exc), "error"), keep
         last_run = dict(last_run, plain={"tps": b["tps"], "at": time.time(), "reply_at": last_run["at"]})

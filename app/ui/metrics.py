@@ -52,20 +52,20 @@ class Metrics:
 
     def observe(self, done: DoneEvent, cfg: GenConfig) -> None:
         """Count one finished generation (called by the runner's worker)."""
-        s = done.stats or {}
+        s = done.stats
         self.generations.labels(mode="speculative" if cfg.speculative else "plain").inc()
-        self.emitted.inc(s.get("tokens", 0))
-        self.drafted.inc(s.get("drafted", 0))
-        self.accepted.inc(s.get("accepted", 0))
-        self.passes.inc(s.get("steps", 0))
-        self.drafts.inc(s.get("spec_steps", 0))
-        for i, n in enumerate(s.get("tested_at", [])):
+        self.emitted.inc(s.tokens)
+        self.drafted.inc(s.drafted)
+        self.accepted.inc(s.accepted)
+        self.passes.inc(s.steps)
+        self.drafts.inc(s.spec_steps)
+        for i, n in enumerate(s.tested_at):
             self.tested_pos.labels(position=str(i)).inc(n)
-        for i, n in enumerate(s.get("accepted_at", [])):
+        for i, n in enumerate(s.accepted_at):
             self.accepted_pos.labels(position=str(i)).inc(n)
-        self.decode_seconds.inc(s.get("t_total", 0.0))
-        if s.get("tokens"):
-            self.tokens_per_s.set(s.get("tokens_per_s") or 0.0)
+        self.decode_seconds.inc(s.t_total)
+        if s.tokens:
+            self.tokens_per_s.set(s.tokens_per_s)
 
     def request(self, endpoint: str, status: int, seconds: float, prompt_tokens: int = 0) -> None:
         self.requests.labels(endpoint=endpoint, status=str(status)).inc()

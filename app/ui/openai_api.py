@@ -23,6 +23,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.engine.backend import ContextFullError
+from app.engine.stats import Summary
 from app.ui import openai_format as F
 from app.ui import openai_schema as schema
 from app.ui import settings as S
@@ -125,7 +126,7 @@ class Run:
     def extras(self) -> dict:
         """usage, stats (LM Studio) and timings (llama.cpp) of the finished generation."""
         live = self.live
-        summary = live.summary() if live else {}
+        summary = live.summary() if live else Summary()
         n = self.completion_tokens
         prompt_s = (live.decode_start - live.started) if live and live.decode_start and live.started else 0.0
         return {

@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from app.engine.stats import Summary
+
 # the engine's DoneEvent.reason → OpenAI's finish_reason / LM Studio's stop_reason
 FINISH = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context": "length", "stopped": "stop"}
 STOP_REASON = {"eog": "eosFound", "stop_string": "stopStringFound", "max_tokens": "maxPredictedTokensReached",
@@ -77,14 +79,14 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def lmstudio_stats(summary: dict, *, speculative: bool, draft_model: Optional[str], completion_tokens: int,
+def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional[str], completion_tokens: int,
                    ttft: Optional[float], reason: str) -> dict:
     """LM Studio's response ``stats`` (snake_case as in its REST API), plus Tandem's own rates."""
-    drafted, accepted = int(summary.get("drafted", 0)), int(summary.get("accepted", 0))
+    drafted, accepted = int(summary.drafted), int(summary.accepted)
     out = {
-        "tokens_per_second": summary.get("tokens_per_s") or 0.0,
+        "tokens_per_second": summary.tokens_per_s,
         "time_to_first_token": ttft,
-        "generation_time": summary.get("t_total", 0.0),
+        "generation_time": summary.t_total,
         "stop_reason": STOP_REASON.get(reason, reason),
         "completion_tokens": completion_tokens,
         "speculative": speculative,
@@ -96,18 +98,18 @@ def lmstudio_stats(summary: dict, *, speculative: bool, draft_model: Optional[st
             accepted_draft_tokens_count=accepted,
             rejected_draft_tokens_count=drafted - accepted,
             ignored_draft_tokens_count=0,
-            acceptance_rate=summary.get("acceptance_rate", 0.0),
-            tokens_per_target_pass=summary.get("mean_accepted", 0.0),
-            target_passes=int(summary.get("steps", 0)),
-            emitted_tokens=int(summary.get("tokens", 0)),
-            per_position_acceptance=list(summary.get("per_position", [])),
+            acceptance_rate=summary.acceptance_rate,
+            tokens_per_target_pass=summary.mean_accepted,
+            target_passes=int(summary.steps),
+            emitted_tokens=int(summary.tokens),
+            per_position_acceptance=list(summary.per_position),
         )
     return out
 
 
-def llamacpp_timings(summary: dict, *, prompt_tokens: int, prompt_s: float, completion_tokens: int) -> dict:
+def llamacpp_timings(summary: Summary, *, prompt_tokens: int, prompt_s: float, completion_tokens: int) -> dict:
     """llama.cpp server's ``timings`` (milliseconds; draft counters as in its speculative responses)."""
-    decode_s = summary.get("t_total", 0.0) or 0.0
+    decode_s = summary.t_total
     return {
         "prompt_n": prompt_tokens,
         "prompt_ms": prompt_s * 1000.0,
@@ -116,9 +118,9 @@ def llamacpp_timings(summary: dict, *, prompt_tokens: int, prompt_s: float, comp
         "predicted_n": completion_tokens,
         "predicted_ms": decode_s * 1000.0,
         "predicted_per_token_ms": decode_s * 1000.0 / completion_tokens if completion_tokens else 0.0,
-        "predicted_per_second": summary.get("tokens_per_s") or 0.0,
-        "draft_n": int(summary.get("drafted", 0)),
-        "draft_n_accepted": int(summary.get("accepted", 0)),
+        "predicted_per_second": summary.tokens_per_s,
+        "draft_n": int(summary.drafted),
+        "draft_n_accepted": int(summary.accepted),
     }
 
 

@@ -63,7 +63,7 @@ def direct(state: AppState, messages: list, resolved: dict) -> dict:
             t0 = time.perf_counter()
             tokens, stats = run_engine(pair.target, pair.chat_prompt(messages), cfg, pair.proposer(cfg))
             wall = time.perf_counter() - t0
-        out.update(n=len(tokens), wall_tps=len(tokens) / wall, decode_tps=stats["tokens_per_s"])
+        out.update(n=len(tokens), wall_tps=len(tokens) / wall, decode_tps=stats.tokens_per_s)
 
     worker = threading.Thread(target=work, name="tandem-direct")
     worker.start()

@@ -12,6 +12,7 @@ import html
 from typing import Optional, Sequence
 
 from app.engine.events import KINDS
+from app.engine.stats import Summary
 from app.numfmt import fmt, k_text
 from app.ui.style import CSS, HEAD  # noqa: F401  (re-exported: the app serves them)
 
@@ -110,35 +111,35 @@ def claim_note(claim: Optional[dict]) -> str:
             f"with c and v against {claim['source']}. Measure plain speed for a measured figure.")
 
 
-def counters_html(summary: dict, speculative: bool, claim: Optional[dict] = None, notes: Sequence[str] = ()) -> str:
+def counters_html(summary: Summary, speculative: bool, claim: Optional[dict] = None, notes: Sequence[str] = ()) -> str:
     """The latest reply's counters. A speedup appears only for a speculative reply, measured or labelled as
     the model's estimate (``speedup.choose``); ``notes`` are extra lines (e.g. the last Compare)."""
-    tps = summary.get("tokens_per_s") or 0.0
+    tps = summary.tokens_per_s
     items = [_stat("tokens/s", f"{tps:.1f}", "generated tokens over decode time (prompt processing excluded)")]
     lines: list[str] = []
     if speculative:
         items += [
-            _stat("acceptance", _fmt(summary.get("acceptance_rate"), ".0%") if summary.get("drafted") else "–",
+            _stat("acceptance", _fmt(summary.acceptance_rate, ".0%") if summary.drafted else "–",
                   "accepted draft tokens ÷ drafted tokens"),
-            _stat("tokens / pass", _fmt(summary.get("mean_accepted"), ".2f"),
+            _stat("tokens / pass", _fmt(summary.mean_accepted, ".2f"),
                   "tokens emitted per target forward pass (1.0 without speculation)"),
-            _stat("mean K", _fmt(summary.get("mean_k"), ".1f"), "drafted tokens per target pass that drafted"),
+            _stat("mean K", _fmt(summary.mean_k, ".1f"), "drafted tokens per target pass that drafted"),
         ]
-        if summary.get("tokens"):
+        if summary.tokens:
             if claim:
                 items.append(_claim_stat(claim))
             lines.append(claim_note(claim))
-        paused = summary.get("paused_steps")
+        paused = summary.paused_steps
         if paused:
-            why = f": {summary['limit']}" if summary.get("limit") else ""
-            lines.append(f"Speculation paused (K = 0) for {paused} of {summary.get('steps', '?')} target passes{why}")
+            why = f": {summary.limit}" if summary.limit else ""
+            lines.append(f"Speculation paused (K = 0) for {paused} of {summary.steps} target passes{why}")
     else:
         lines.append("Speculation is off: plain decoding with the target alone, so there is no speedup to show.")
     lines += list(notes)
     out = f'<div class="tdm-stats">{"".join(items)}</div>'
     out += "".join(f'<div class="tdm-note">{esc(line)}</div>' for line in lines)
     if speculative:
-        out += bars_html(summary.get("per_position") or [])
+        out += bars_html(summary.per_position)
     return out
 
 
@@ -146,17 +147,16 @@ def k_label(k: object, mean_k: Optional[float] = None) -> str:
     return f"K {k_text(k, mean_k=mean_k)}"
 
 
-def reply_line(summary: dict, speculative: bool, proposer: str = "draft", k: object = "auto",
+def reply_line(summary: Summary, speculative: bool, proposer: str = "draft", k: object = "auto",
                saved: Optional[float] = None, saved_kind: Optional[str] = None) -> str:
     """'draft (K 4): 128 of 133 accepted · 41 target passes for 150 tokens · 52.3 tok/s · ≈ 2.3 s saved
     (estimate)'. Seconds saved only when measured or estimated (``saved_kind``)."""
-    n, tps = summary.get("tokens", 0), summary.get("tokens_per_s") or 0.0
+    n, tps = summary.tokens, summary.tokens_per_s
     if not speculative:
-        return f"plain decoding: {n} tokens in {summary.get('t_total', 0.0):.1f} s · {tps:.1f} tok/s"
+        return f"plain decoding: {n} tokens in {summary.t_total:.1f} s · {tps:.1f} tok/s"
     who = "prompt lookup" if proposer == "lookup" else "draft"
-    parts = [f"{who} ({k_label(k, summary.get('mean_k'))}): {summary.get('accepted', 0)} of "
-             f"{summary.get('drafted', 0)} accepted",
-             f"{summary.get('steps', 0)} target passes for {n} tokens", f"{tps:.1f} tok/s"]
+    parts = [f"{who} ({k_label(k, summary.mean_k)}): {summary.accepted} of {summary.drafted} accepted",
+             f"{summary.steps} target passes for {n} tokens", f"{tps:.1f} tok/s"]
     if saved is not None and saved_kind:
         word = "saved" if saved >= 0 else "lost"
         approx = "≈ " if saved_kind == "estimate" else ""

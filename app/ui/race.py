@@ -16,8 +16,7 @@ from app.ui.reply import compact, span, spans_html
 
 def side_html(title: str, live) -> str:
     """One side while the comparison runs (each side streams in turn)."""
-    summary = live.summary()
-    tps = summary.get("tokens_per_s") or 0.0
+    tps = live.summary().tokens_per_s
     state = ("error" if live.error else reason_text(live.done.reason) if live.done else
              "running" if live.running else "queued")
     head = (f'<div class="tdm-side-head"><b>{esc(title)}</b><span class="tdm-timer">{live.elapsed:.1f} s · '

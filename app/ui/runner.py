@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
-from app.engine.stats import Stats
+from app.engine.stats import Stats, Summary
 from app.ui.state import AppState
 
 GEN = dict(concurrency_id="generation", concurrency_limit=1)  # Gradio queue: one generation at a time
@@ -37,7 +37,6 @@ class Live:
     error: Optional[str] = None
     exception: Optional[BaseException] = None  # what ``error`` describes (for callers that map it, e.g. to HTTP)
     started: Optional[float] = None  # wall time the job began (prefill included)
-    decode_start: Optional[float] = None
     last: Optional[float] = None  # wall time of the latest step
     times: list = field(default_factory=list)  # wall time each token arrived (Compare's race replay)
     draft_texts: dict = field(default_factory=dict)  # token index → the draft's rejected proposal, as text
@@ -57,13 +56,16 @@ class Live:
         end = self.last if not self.running else time.perf_counter()
         return max((end or self.started) - self.started, 0.0)
 
-    def summary(self) -> dict:
+    @property
+    def decode_start(self) -> Optional[float]:
+        """Wall time decoding began (prompt processing done), once a step has arrived."""
+        return self.stats.t_first
+
+    def summary(self) -> Summary:
         """The engine's final stats once done; a live estimate before (decode time from wall clock)."""
-        if self.done is not None and self.done.stats:
-            return dict(self.done.stats)
-        if self.decode_start is not None and self.last is not None:
-            self.stats.t_total = max(self.last - self.decode_start, 1e-9)
-        return self.stats.summary(self.baseline_tps)
+        if self.done is not None:
+            return self.done.stats
+        return self.stats.summary(self.baseline_tps, wall=True)
 
     def add(self, ev, now: float) -> None:
         if isinstance(ev, TokenEvent):
@@ -72,9 +74,7 @@ class Live:
         elif isinstance(ev, DraftText):
             self.draft_texts[ev.index] = ev.text
         elif isinstance(ev, StepEvent):
-            if self.decode_start is None:
-                self.decode_start = now - (ev.t_draft + ev.t_verify)
-            self.stats.add(ev)
+            self.stats.add(ev, now)
             self.last = now
         elif isinstance(ev, DoneEvent):
             self.done = ev

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Optional
 
-from app.engine.stats import costs
+from app.engine.stats import Summary, costs
 
 MIN_PLAIN_STEPS = 3  # plain steps inside a reply needed to time a target step from the reply itself
 SPEED_KEYS = ("proposer", "k", "k_max", "p_min", "rule", "temperature", "top_k", "top_p", "min_p",
@@ -46,15 +46,15 @@ def stamp_age(stamp: Optional[str], now: Optional[float] = None) -> Optional[flo
     return (now if now is not None else time.time()) - then
 
 
-def estimate(summary: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None,
+def estimate(summary: Summary, baseline: Optional[Mapping[str, Any]] = None,
              now: Optional[float] = None) -> Optional[dict]:
     """The model's speedup estimate for one speculative reply, with what it rests on; None if it cannot be
     made (nothing drafted, or no way to time a plain target step)."""
-    if not summary.get("drafted") or not summary.get("spec_steps"):
+    if not summary.drafted or not summary.spec_steps:
         return None
-    plain_steps = summary.get("steps", 0) - summary["spec_steps"]
-    if plain_steps >= MIN_PLAIN_STEPS and summary.get("t_verify", 0) > summary.get("t_verify_spec", 0):
-        t_step = (summary["t_verify"] - summary["t_verify_spec"]) / plain_steps
+    plain_steps = summary.steps - summary.spec_steps
+    if plain_steps >= MIN_PLAIN_STEPS and summary.t_verify > summary.t_verify_spec:
+        t_step = (summary.t_verify - summary.t_verify_spec) / plain_steps
         source = f"a plain target step timed in this reply ({plain_steps} plain steps, {1 / t_step:.1f} tok/s)"
     elif baseline and baseline.get("tps"):
         t_step = 1.0 / float(baseline["tps"])
@@ -62,17 +62,17 @@ def estimate(summary: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] =
                   f"({float(baseline['tps']):.1f} tok/s)")
     else:
         return None
-    c, v, bound = costs(dict(summary), 1.0 / t_step)
+    c, v, bound = costs(summary, 1.0 / t_step)
     if bound is None:
         return None
-    return {"kind": "estimate", "speedup": bound, "alpha": summary.get("alpha"), "k": summary.get("mean_k"),
+    return {"kind": "estimate", "speedup": bound, "alpha": summary.alpha, "k": summary.mean_k,
             "c": c, "v": v, "source": source}
 
 
-def measured(summary: Mapping[str, Any], plain: Optional[Mapping[str, Any]], now: Optional[float] = None
+def measured(summary: Summary, plain: Optional[Mapping[str, Any]], now: Optional[float] = None
              ) -> Optional[dict]:
     """The reply's tokens/s over a plain run of the same prompt (``plain``: tps, at, reply_at)."""
-    tps = summary.get("tokens_per_s") or 0.0
+    tps = summary.tokens_per_s
     if not plain or not plain.get("tps") or not tps:
         return None
     after = (plain.get("at") or 0) - (plain.get("reply_at") or 0)
@@ -81,7 +81,7 @@ def measured(summary: Mapping[str, Any], plain: Optional[Mapping[str, Any]], now
                       f"({float(plain['tps']):.1f} tok/s)"}
 
 
-def choose(summary: Mapping[str, Any], speculative: bool, plain: Optional[Mapping[str, Any]] = None,
+def choose(summary: Summary, speculative: bool, plain: Optional[Mapping[str, Any]] = None,
            baseline: Optional[Mapping[str, Any]] = None, now: Optional[float] = None) -> Optional[dict]:
     """Measured if there is a plain run of this prompt, else the estimate; never with speculation off."""
     if not speculative:
@@ -89,13 +89,13 @@ def choose(summary: Mapping[str, Any], speculative: bool, plain: Optional[Mappin
     return measured(summary, plain, now) or estimate(summary, baseline, now)
 
 
-def seconds_saved(summary: Mapping[str, Any], claim: Optional[Mapping[str, Any]]) -> Optional[float]:
+def seconds_saved(summary: Summary, claim: Optional[Mapping[str, Any]]) -> Optional[float]:
     """Decode time saved against plain decoding (negative: lost), from a measured or estimated speedup."""
-    t = summary.get("t_total") or 0.0
+    t = summary.t_total
     if not claim or not t:
         return None
     if claim["kind"] == "measured":
-        return summary.get("tokens", 0) / claim["plain_tps"] - t
+        return summary.tokens / claim["plain_tps"] - t
     return t * (claim["speedup"] - 1.0)
 
 
