@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from app.engine import limits
-from app.lab.bench import BenchConfig, BenchResult, PromptFileError, load_prompts, run_bench
+from app.lab.bench import REFERENCES, BenchConfig, BenchResult, PromptFileError, load_prompts, run_bench
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
 from app.engine.sampling import SamplerSettings
 from app.models.offload import add_gpu_args
@@ -39,12 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=limits.arg("repeats"), default=1)
     p.add_argument("--threads", type=limits.arg("threads"), default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=limits.arg("ctx"), default=4096, help="context size")
-    p.add_argument("--reference", choices=("bare", "bare-spec", "llama-cpp-lookup"),
+    p.add_argument("--reference", choices=REFERENCES,
                    help="also time a reference decoder on the same prompts, interleaved: 'bare' (a minimal "
                         "llama_decode + argmax loop, vs Tandem's plain decoding), 'bare-spec' (a minimal greedy "
                         "draft-then-verify loop with fixed K, --k or 8, vs Tandem's speculative runs) or "
                         "'llama-cpp-lookup' "
-                        "(llama-cpp-python's LlamaPromptLookupDecoding, vs Tandem's speculative runs)")
+                        "(llama-cpp-python's LlamaPromptLookupDecoding, vs Tandem's speculative runs) or 'local' "
+                        "(with --rpc: the same pair on this machine alone, plain and speculative: the network's "
+                        "cost)")
     p.add_argument("--json", dest="json_out", help="write the full result to this file")
     add_gpu_args(p)
     p.set_defaults(func=main)
@@ -67,6 +69,10 @@ def main(args: argparse.Namespace) -> int:
     if args.reference and args.temperature > 0:
         print("error: the reference decoders are greedy; use --temperature 0 with --reference", file=sys.stderr)
         return 2
+    if args.reference == "local" and not args.rpc:
+        print("error: --reference local compares a target split over RPC workers with the same pair on this "
+              "machine alone; give the workers with --rpc", file=sys.stderr)
+        return 2
     if args.reference == "bare-spec" and args.proposer != "draft":
         print("error: --reference bare-spec compares draft-model speculation; use --proposer draft",
               file=sys.stderr)
@@ -74,9 +80,17 @@ def main(args: argparse.Namespace) -> int:
     print(f"[bench] pair {entry.id}: target {target.name}, draft {draft.name}; {len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
     pair, gpu = load_pair(target, draft if args.proposer == "draft" else None, args, "bench")
+    local = None
+    if args.reference == "local":  # the same pair without the workers, loaded as auto would load it here
+        local, _ = load_pair(target, draft if args.proposer == "draft" else None,
+                             argparse.Namespace(**dict(vars(args), rpc=(), gpu_layers="auto")), "bench local")
     with pair:
-        result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats, reference=args.reference),
-                           progress=_progress)
+        try:
+            result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats, reference=args.reference,
+                                                          local=local), progress=_progress)
+        finally:
+            if local is not None:
+                local.close()
     command = reproduce_command(sys.argv)
     print(file=sys.stderr)
     print(format_table(result))
@@ -120,10 +134,14 @@ def format_table(r: BenchResult) -> str:
     if r.limit:
         lines.append(f"speculation paused on {_f(r.paused, '.0%')} of target passes: {r.limit}")
     ref = r.reference
-    if ref:
+    if ref and ref["kind"] != "local":
         lines.append(f"reference {ref['kind']}: {_f(ref['tps'], '.1f')} t/s; Tandem {ref['compares']} / reference = "
                      f"{_f(ref['ratio'], '.3f')}x (median of per-prompt ratios)")
-        if ref["kind"] == "bare-spec":
+    if ref and ref["kind"] == "local":
+            lines.append(f"this machine alone: plain {_f(ref['plain_tps'], '.1f')} t/s, speculative "
+                         f"{_f(ref['tps'], '.1f')} t/s; split / local = {_f(ref['plain_ratio'], '.3f')}x plain, "
+                         f"{_f(ref['ratio'], '.3f')}x speculative (the network's cost; medians of per-prompt ratios)")
+    if ref and ref["kind"] == "bare-spec":
             lines.append(f"reference bare-spec speedup over Tandem's plain decoding: {_f(ref['speedup'], '.2f', 'x')}")
     for m in r.mismatches:
         lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g})")

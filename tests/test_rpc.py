@@ -96,6 +96,29 @@ def test_split_target_decodes_like_the_local_one(workers, smol_paths):
         split.close()
 
 
+def test_bench_reports_split_against_local(workers, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def square(x):"}\n')
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "bench", "--pair", "demo-smollm2", "--rpc",
+                           ",".join(workers), "--gpu-layers", "20", "--k", "4", "--max-tokens", "16",
+                           "--prompts-file", str(prompts), "--reference", "local", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    assert "this machine alone: plain" in proc.stdout and "split / local" in proc.stdout
+    assert f"--rpc {','.join(workers)}" in proc.stdout  # the command that reproduces it
+    import json
+
+    result = json.loads(out.read_text())
+    ref = result["reference"]
+    assert ref["kind"] == "local" and ref["tps"] > 0 and ref["plain_tps"] > 0 and ref["plain_ratio"] > 0
+    assert result["identical"] is True
+    row = result["per_prompt"][0]
+    assert row["reference_plain_tps"] > 0 and row["reference_plain_ratio"] > 0
+    target = result["gpu"]["target"]
+    assert target["rpc"] == list(workers) and target["used_remote_bytes"] > 0
+
+
 def test_worker_gone_mid_generation_fails_cleanly(smol_paths):
     port = free_port()
     worker = start_worker(port)

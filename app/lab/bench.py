@@ -119,7 +119,7 @@ def divergence(pair: Pair, prompt: Sequence[int], plain: Sequence[int], spec: Se
     return {"position": pos, "gap": float(abs(top2[1] - top2[0]))}
 
 
-REFERENCES = ("bare", "bare-spec", "llama-cpp-lookup")
+REFERENCES = ("bare", "bare-spec", "llama-cpp-lookup", "local")
 BARE_SPEC_K = 8  # the bare speculative loop's draft length when Tandem's is auto (the hand-picked K of the notes)
 
 
@@ -129,6 +129,7 @@ class BenchConfig:
     repeats: int = 1
     warmup: bool = True
     reference: Optional[str] = None  # also time a reference decoder (see reference.py), interleaved
+    local: Optional[Pair] = None  # reference "local": the same pair on this machine alone (the bench's is split)
 
 
 def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
@@ -142,24 +143,29 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
         warm_tokens = min(32, spec_cfg.max_tokens)
         for cfg in (replace(plain_cfg, max_tokens=warm_tokens), replace(spec_cfg, max_tokens=warm_tokens)):
             measure(pair, encoded[0][1], cfg)
-    total, done = len(encoded) * bcfg.repeats * (3 if bcfg.reference else 2), 0
+    per_round = 2 + (2 if bcfg.reference == "local" else 1 if bcfg.reference else 0)
+    total, done = len(encoded) * bcfg.repeats * per_round, 0
     per_prompt = []
     for prompt, tokens in encoded:
         plain_runs: list[RunResult] = []
         spec_runs: list[RunResult] = []
         ref_tps: list[float] = []
+        local_plain: list[float] = []
         for r in range(bcfg.repeats):
             order = ["plain", "spec"] + (["ref"] if bcfg.reference else [])
             order = order if r % 2 == 0 else order[::-1]
             for mode in order:
                 if cancel is not None and cancel.is_set():
                     return _aggregate(per_prompt, spec_cfg, True, bcfg.reference, skipped)
-                if mode == "ref":
+                if mode == "ref" and bcfg.reference == "local":
+                    local_plain.append(_local(bcfg.local, tokens, plain_cfg))
+                    ref_tps.append(_local(bcfg.local, tokens, spec_cfg))
+                elif mode == "ref":
                     ref_tps.append(_reference(bcfg.reference, pair, tokens, spec_cfg))
                 else:
                     result = measure(pair, tokens, spec_cfg if mode == "spec" else plain_cfg)
                     (spec_runs if mode == "spec" else plain_runs).append(result)
-                done += 1
+                done += 2 if mode == "ref" and bcfg.reference == "local" else 1
                 if progress:
                     progress(done, total, f"{prompt.id} {mode}")
         row = _prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg)
@@ -168,6 +174,10 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
             ours = row.baseline_tps if bcfg.reference == "bare" else row.spec_tps
             row = replace(row, reference_tps=ref, reference_ratio=ours / ref if ref else None,
                           reference_speedup=ref / row.baseline_tps if row.baseline_tps else None)
+            if local_plain:
+                plain = statistics.median(local_plain)
+                row = replace(row, reference_plain_tps=plain,
+                              reference_plain_ratio=row.baseline_tps / plain if plain else None)
         per_prompt.append(row)
     return _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped)
 
@@ -184,6 +194,12 @@ def encode(pair: Pair, prompts: Sequence[Prompt]) -> tuple[list[tuple[Prompt, li
     if not encoded:
         raise ContextFullError(f"no prompt fits in the context: {skipped[0]['error']}")
     return encoded, skipped
+
+
+def _local(local: Optional[Pair], tokens: list[int], cfg: GenConfig) -> float:
+    if local is None:
+        raise ValueError("the local reference needs the pair loaded on this machine as well (BenchConfig.local)")
+    return measure(local, tokens, cfg).tps
 
 
 def _reference(kind: str, pair: Pair, tokens: list[int], cfg: GenConfig) -> float:
@@ -214,6 +230,7 @@ def public_dict(obj) -> dict:
 
 
 REFERENCE_KEYS = ("reference_tps", "reference_ratio", "reference_speedup")
+LOCAL_KEYS = ("reference_plain_tps", "reference_plain_ratio")
 
 
 @dataclass(frozen=True)
@@ -246,11 +263,16 @@ class PromptRow:
     reference_tps: Optional[float] = None  # with a reference decoder only (then all three are in the JSON)
     reference_ratio: Optional[float] = None
     reference_speedup: Optional[float] = None
+    reference_plain_tps: Optional[float] = None  # reference "local" only: plain decoding on this machine alone
+    reference_plain_ratio: Optional[float] = None  # plain tokens/s split / local
 
     def to_dict(self) -> dict:
         out = public_dict(self)
         if self.reference_tps is None:
             for key in REFERENCE_KEYS:
+                del out[key]
+        if self.reference_plain_tps is None:
+            for key in LOCAL_KEYS:
                 del out[key]
         return out
 
@@ -345,6 +367,8 @@ def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, refer
             "ratio": median([p.reference_ratio for p in per_prompt]),
             "speedup": median([p.reference_speedup for p in per_prompt]),  # reference / Tandem plain
             "compares": "plain tokens/s" if reference == "bare" else "speculative tokens/s",
+            **({"plain_tps": median([p.reference_plain_tps for p in per_prompt]),
+                "plain_ratio": median([p.reference_plain_ratio for p in per_prompt])} if reference == "local" else {}),
         },
         per_prompt=list(per_prompt),
         skipped=skipped,
