@@ -115,12 +115,7 @@ class Model:
         if options.tensor_split:
             self._split = (ctypes.c_float * L.llama_max_devices())(*options.tensor_split[:L.llama_max_devices()])
             mparams.tensor_split = self._split
-        self.model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self.model:
-            raise BackendError(f"llama.cpp could not load {self.path.name}: not a valid GGUF model file?")
-        self.vocab = L.llama_model_get_vocab(self.model)
-        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx_train = L.llama_model_n_ctx_train(self.model)
+        self._load_model(mparams)
         cparams = L.llama_context_default_params()
         n_ctx = options.n_ctx or self.n_ctx_train
         cparams.n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
@@ -133,6 +128,15 @@ class Model:
         if not self.ctx:
             L.llama_model_free(self.model)
             raise BackendError(f"could not create a context for {self.path.name} (n_ctx={cparams.n_ctx})")
+
+    def _load_model(self, mparams) -> None:
+        """``llama_model_load_from_file`` with ``mparams``, then the vocabulary facts every model has."""
+        self.model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self.model:
+            raise BackendError(f"llama.cpp could not load {self.path.name}: not a valid GGUF model file?")
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = L.llama_model_n_ctx_train(self.model)
 
     def placement(self) -> Placement:
         """What llama.cpp placed where when it loaded this model: layers on the GPU, bytes per device."""

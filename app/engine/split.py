@@ -49,13 +49,8 @@ class SplitTarget(Model):
         self.workers = rpc.probe_all(options.rpc)  # unreachable, busy, wrong version: said before loading
         rpc.require()
         mparams = L.llama_model_default_params()
-        mparams.vocab_only = True
-        self.model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self.model:
-            raise BackendError(f"llama.cpp could not read {self.path.name}: not a valid GGUF model file?")
-        self.vocab = L.llama_model_get_vocab(self.model)
-        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx_train = L.llama_model_n_ctx_train(self.model)
+        mparams.vocab_only = True  # tokenizer, chat template and metadata here; the weights in the child
+        self._load_model(mparams)
         self._shm = shared_memory.SharedMemory(create=True, size=ROWS * self.n_vocab * 4)
         self._rows = np.ndarray((ROWS, self.n_vocab), dtype=np.float32, buffer=self._shm.buf)
         ours, theirs = socket.socketpair()
