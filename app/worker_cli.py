@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from app.engine import rpc
+from app.engine import devices, rpc
 
 WARNING = """
 !!! WARNING: the RPC worker listens on {host}:{port} with NO authentication and NO encryption.
@@ -48,7 +48,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     rpc.require()
     if args.list_devices:
-        for d in rpc.local_devices():
+        for d in devices.local_devices():
             print(f"{d.name}: {d.description} ({d.kind}, {d.free / 2**30:.1f} of {d.total / 2**30:.1f} GiB free)")
         return 0
     if args.host not in rpc.LOOPBACK:

@@ -349,9 +349,12 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def gpu_offload_supported() -> bool:
-    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, Vulkan, …)."""
+    """Whether this llama.cpp build can put layers on a GPU of this machine (CUDA, Metal, Vulkan, …).
+    ``llama_supports_gpu_offload`` alone also says yes for a CPU build that has the RPC backend."""
+    from app.engine import devices
+
     quiet_logs()
-    return bool(L.llama_supports_gpu_offload())
+    return bool(L.llama_supports_gpu_offload()) and devices.local_gpu()
 
 
 def active_backend() -> str:

@@ -20,9 +20,9 @@ import ctypes
 import socket
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
+from app.engine import devices
 from app.engine.backend import BackendError
 
 PROTO = (7, 0, 0)  # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION of the vendored ggml-rpc.h
@@ -162,13 +162,13 @@ def probe(endpoint: str, timeout: float = 5.0) -> Worker:
                 "machines")
         try:
             (count,) = struct.unpack("<I", _call(sock, CMD_DEVICE_COUNT, b"", 4))
-            devices = []
+            found = []
             for i in range(count):
                 free, total = struct.unpack("<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16))
-                devices.append(RemoteDevice(endpoint, i, free, total))
+                found.append(RemoteDevice(endpoint, i, free, total))
         except (OSError, ValueError) as exc:
             raise WorkerLost(f"RPC worker {endpoint} stopped answering while listing its devices ({exc})") from None
-    return Worker(endpoint, version, tuple(devices))  # type: ignore[arg-type]
+    return Worker(endpoint, version, tuple(found))  # type: ignore[arg-type]
 
 
 def probe_all(endpoints: Sequence[str], timeout: float = 5.0) -> list[Worker]:
@@ -176,21 +176,6 @@ def probe_all(endpoints: Sequence[str], timeout: float = 5.0) -> list[Worker]:
 
 
 # --- the library -----------------------------------------------------------------------------------------
-
-def _lib(name: str) -> ctypes.CDLL:
-    """The copy of ``lib<name>`` that libllama itself uses. Wheels store the ``.so``/``.so.0`` symlinks as
-    separate files, and a second copy would bring a second device registry that llama.cpp never sees."""
-    import os
-
-    import llama_cpp  # noqa: F401 - loads libllama and, with it, the libraries it links
-
-    for soname in (f"lib{name}.so.0", f"lib{name}.0.dylib", f"lib{name}.dylib"):
-        try:
-            return ctypes.CDLL(soname, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
-        except OSError:
-            continue
-    return ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / f"lib{name}.so"))
-
 
 def supported() -> bool:
     """Whether this llama.cpp build has the RPC backend (built with ``GGML_RPC=ON``)."""
@@ -206,27 +191,6 @@ def require() -> None:
     if not supported():
         raise RpcError("this llama.cpp build has no RPC backend: reinstall with the launcher (it builds with "
                        "-DGGML_RPC=ON) or set CMAKE_ARGS to include -DGGML_RPC=ON")
-
-
-def _ggml() -> ctypes.CDLL:
-    g = _lib("ggml")
-    vp = ctypes.c_void_p
-    for fn, args, res in (("ggml_backend_reg_by_name", [ctypes.c_char_p], vp),
-                          ("ggml_backend_reg_get_proc_address", [vp, ctypes.c_char_p], vp),
-                          ("ggml_backend_reg_dev_count", [vp], ctypes.c_size_t),
-                          ("ggml_backend_reg_dev_get", [vp, ctypes.c_size_t], vp),
-                          ("ggml_backend_device_register", [vp], None),
-                          ("ggml_backend_dev_count", [], ctypes.c_size_t),
-                          ("ggml_backend_dev_get", [ctypes.c_size_t], vp),
-                          ("ggml_backend_dev_by_name", [ctypes.c_char_p], vp),
-                          ("ggml_backend_dev_name", [vp], ctypes.c_char_p),
-                          ("ggml_backend_dev_description", [vp], ctypes.c_char_p),
-                          ("ggml_backend_dev_type", [vp], ctypes.c_int),
-                          ("ggml_backend_dev_memory", [vp, ctypes.POINTER(ctypes.c_size_t),
-                                                       ctypes.POINTER(ctypes.c_size_t)], None)):
-        f = getattr(g, fn)
-        f.argtypes, f.restype = args, res
-    return g
 
 
 def _proc(g: ctypes.CDLL, name: str, restype, argtypes):
@@ -245,7 +209,7 @@ def register(endpoints: Sequence[str]) -> int:
     from app.engine.backend import quiet_logs
 
     quiet_logs()
-    g = _ggml()
+    g = devices.ggml()
     add = _proc(g, "ggml_backend_rpc_add_server", ctypes.c_void_p, [ctypes.c_char_p])
     n = 0
     for endpoint in endpoints:
@@ -258,45 +222,17 @@ def register(endpoints: Sequence[str]) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class LocalDevice:
-    name: str
-    description: str
-    kind: str  # cpu, gpu, igpu, accel
-    free: int
-    total: int
-
-
-_DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
-
-
-def local_devices() -> list[LocalDevice]:
-    """The devices of this process's llama.cpp (what a worker can serve)."""
-    from app.engine.backend import quiet_logs
-
-    quiet_logs()
-    g = _ggml()
-    out = []
-    for i in range(g.ggml_backend_dev_count()):
-        dev = g.ggml_backend_dev_get(i)
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        out.append(LocalDevice(g.ggml_backend_dev_name(dev).decode(), g.ggml_backend_dev_description(dev).decode(),
-                               _DEV_TYPES.get(g.ggml_backend_dev_type(dev), "other"), free.value, total.value))
-    return out
-
-
-def serve(host: str, port: int, devices: Sequence[str] = (), threads: int = 0,
+def serve(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
           cache_dir: Optional[str] = None) -> None:
-    """Run llama.cpp's RPC server on ``host:port`` with ``devices`` (names from :func:`local_devices`; default:
-    every GPU, else the CPU, as ``rpc-server`` picks). Blocks for as long as the server runs; returns only when
+    """Run llama.cpp's RPC server on ``host:port`` with the devices ``names`` (``devices.local_devices`` lists
+    them; default: every GPU, else the CPU, as ``rpc-server`` picks). Blocks for as long as the server runs; returns only when
     llama.cpp could not start it (the port in use, a bad device)."""
     from app.engine.backend import default_threads
 
     require()
-    g = _ggml()
-    known = local_devices()
-    names = list(devices) or [d.name for d in known if d.kind not in ("cpu", "accel")] or \
+    g = devices.ggml()
+    known = devices.local_devices()
+    names = list(names) or [d.name for d in known if d.kind not in ("cpu", "accel")] or \
         [d.name for d in known if d.kind == "cpu"][:1]
     ptrs = []
     for name in names:
