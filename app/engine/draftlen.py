@@ -43,7 +43,10 @@ FORGET_COST = 0.98  # per step: costs change slowly; older passes fade over ~50 
 PRIOR_SLOPE = 0.1  # b / a before the passes vary enough to fit the slope
 RIDGE = 0.25  # the slope prior's weight, in units of scatter of n (weak: two passes at n = 1, 3 outweigh it)
 FIRST_K = 4  # draft length of the first measuring step: long enough to see the verify slope through noise
-PROBE_K = 2  # draft length of a later probe while paused: cheap when drafting turns out to lose
+# Draft length of a later probe while paused: the verify cost seen at 5 tokens, where larger K pays, rather
+# than extrapolated from 3 (with 2-token probes, a noisy start once kept the demo pair paused at 0.98x where a
+# fixed K = 8 ran 1.21x); 4 draft tokens every 8..256 paused steps.
+PROBE_K = FIRST_K
 GAP_MIN, GAP_MAX = 8, 256  # paused steps between probes: doubles after each probe that confirms the pause
 GAP_FREE = 32  # the first gap before a free probe: the verify cost is the machine's and changes slowly
 SWITCH_MARGIN = 0.02  # draft only where drafting is predicted to gain more than 2 % over a plain step …
