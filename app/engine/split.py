@@ -32,9 +32,12 @@ import numpy as np
 
 from app.engine import backend, rpc
 from app.engine.backend import BackendError, LoadOptions, Model
+from app.engine.loop import DEFAULT_K_MAX
 from app.engine.placement import Placement
 
-ROWS = 80  # logits rows the shared memory holds (K + 1 <= 65); more travel through the pipe
+# Logits rows the shared memory holds: a verify pass at auto K's default ceiling (16 + 1); a larger K sends its
+# rows through the pipe. Kept small for containers' 64 MiB /dev/shm (a 262k vocabulary: 18 MiB).
+ROWS = DEFAULT_K_MAX + 1
 TIMEOUT = float(os.environ.get("TANDEM_RPC_TIMEOUT", "120"))
 START_TIMEOUT = 600.0  # loading sends every remote layer over the network
 
