@@ -134,14 +134,14 @@ def format_table(r: BenchResult) -> str:
     if r.limit:
         lines.append(f"speculation paused on {_f(r.paused, '.0%')} of target passes: {r.limit}")
     ref = r.reference
-    if ref and ref["kind"] != "local":
+    if ref and ref["kind"] == "local":
+        lines.append(f"this machine alone: plain {_f(ref['plain_tps'], '.1f')} t/s, speculative "
+                     f"{_f(ref['tps'], '.1f')} t/s; split / local = {_f(ref['plain_ratio'], '.3f')}x plain, "
+                     f"{_f(ref['ratio'], '.3f')}x speculative (the network's cost; medians of per-prompt ratios)")
+    elif ref:
         lines.append(f"reference {ref['kind']}: {_f(ref['tps'], '.1f')} t/s; Tandem {ref['compares']} / reference = "
                      f"{_f(ref['ratio'], '.3f')}x (median of per-prompt ratios)")
-    if ref and ref["kind"] == "local":
-            lines.append(f"this machine alone: plain {_f(ref['plain_tps'], '.1f')} t/s, speculative "
-                         f"{_f(ref['tps'], '.1f')} t/s; split / local = {_f(ref['plain_ratio'], '.3f')}x plain, "
-                         f"{_f(ref['ratio'], '.3f')}x speculative (the network's cost; medians of per-prompt ratios)")
-    if ref and ref["kind"] == "bare-spec":
+        if ref["kind"] == "bare-spec":
             lines.append(f"reference bare-spec speedup over Tandem's plain decoding: {_f(ref['speedup'], '.2f', 'x')}")
     for m in r.mismatches:
         lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g})")

@@ -239,11 +239,11 @@ def test_pair_settings_check_and_load_a_split(workers, smol_paths):
     assert "Ready" in html and all(e in html for e in workers) and "GiB free" in html
     assert "unreachable" in pair_tab.workers_html(f"127.0.0.1:{free_port()}")
     assert "host:port" in pair_tab.workers_html("no-port-here")
-    state = AppState(target_options=LoadOptions(n_ctx=512))
+    state = AppState(target_options=LoadOptions(n_ctx=512))  # no workers until the load names them
     try:
         line = pair_tab.load_offloaded(state, *smol_paths, (20, "auto"), 512, rpc=workers)
         assert "10 on " + workers[0] in line and "10 on " + workers[1] in line and "11 on this machine" in line
-        assert state.pair.target.options.rpc == workers and state.rpc == workers
+        assert state.pair.target.options.rpc == workers and state.target_options.rpc == workers
         info = pair_tab.info_html(state)
         assert "RPC worker" in info and "RPC workers" in info  # the devices lent, and the bytes placed there
         # Loading again over the same workers lets go of them first (a worker serves one client at a time).

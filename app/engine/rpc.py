@@ -22,8 +22,10 @@ import struct
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import llama_cpp as L
+
 from app.engine import devices
-from app.engine.backend import BackendError
+from app.engine.backend import BackendError, default_threads, quiet_logs
 
 PROTO = (7, 0, 0)  # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION of the vendored ggml-rpc.h
 MAX_SERVERS = 16  # GGML_RPC_MAX_SERVERS
@@ -179,10 +181,6 @@ def probe_all(endpoints: Sequence[str], timeout: float = 5.0) -> list[Worker]:
 
 def supported() -> bool:
     """Whether this llama.cpp build has the RPC backend (built with ``GGML_RPC=ON``)."""
-    import llama_cpp as L
-
-    from app.engine.backend import quiet_logs
-
     quiet_logs()
     return bool(L.llama_supports_rpc())
 
@@ -206,8 +204,6 @@ def _proc(g: ctypes.CDLL, name: str, restype, argtypes):
 def register(endpoints: Sequence[str]) -> int:
     """Add each worker's devices to llama.cpp's device list (this process only, for good); returns how many
     devices were added. Call :func:`probe` first: the RPC client aborts the process on an unreachable worker."""
-    from app.engine.backend import quiet_logs
-
     quiet_logs()
     g = devices.ggml()
     add = _proc(g, "ggml_backend_rpc_add_server", ctypes.c_void_p, [ctypes.c_char_p])
@@ -225,10 +221,8 @@ def register(endpoints: Sequence[str]) -> int:
 def serve(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
           cache_dir: Optional[str] = None) -> None:
     """Run llama.cpp's RPC server on ``host:port`` with the devices ``names`` (``devices.local_devices`` lists
-    them; default: every GPU, else the CPU, as ``rpc-server`` picks). Blocks for as long as the server runs; returns only when
-    llama.cpp could not start it (the port in use, a bad device)."""
-    from app.engine.backend import default_threads
-
+    them; default: every GPU, else the CPU, as ``rpc-server`` picks). Blocks for as long as the server runs;
+    returns only when llama.cpp could not start it (the port in use, a bad device)."""
     require()
     g = devices.ggml()
     known = devices.local_devices()

@@ -66,7 +66,7 @@ class SplitTarget(Model):
         self._lost: Optional[str] = None
         try:
             self._conn.send((str(self.path), options, self._shm.name, self.n_vocab))
-            facts = self._ask(("hello",), START_TIMEOUT)
+            facts = self._reply(START_TIMEOUT)  # the child's first word: loaded, or why not
         except BaseException:
             self._stop()
             L.llama_model_free(self.model)
@@ -110,18 +110,24 @@ class SplitTarget(Model):
 
     # --- the pipe ---------------------------------------------------------------------------------------
 
-    def _ask(self, msg: tuple, timeout: float = TIMEOUT):
+    def _ask(self, msg: tuple):
         if self._lost:
             raise rpc.WorkerLost(self._lost)
         try:
             self._conn.send(msg)
+        except OSError:
+            self._fail(None)
+        return self._reply(TIMEOUT)
+
+    def _reply(self, timeout: float):
+        """The child's answer (its error raised here as the same class), watching that it stays alive."""
+        try:
             deadline = time.monotonic() + timeout
             while not self._conn.poll(0.5):
                 if self._proc.poll() is not None:
                     break
                 if time.monotonic() > deadline:
-                    self._fail(f"the split target got no answer for {timeout:.0f} s (TANDEM_RPC_TIMEOUT): a worker "
-                               "may be unreachable")
+                    self._fail(f"the split target got no answer for {timeout:.0f} s: a worker may be unreachable")
             reply = self._conn.recv()
         except (EOFError, OSError):
             self._fail(None)
@@ -180,10 +186,8 @@ def _host(conn, path: str, options: LoadOptions, shm_name: str, n_vocab: int) ->
         rpc.register(options.rpc)
         model = Model(path, options)
     except Exception as exc:  # noqa: BLE001 - every load error goes back to the parent as it is
-        conn.recv()
         conn.send(fail(exc))
         return
-    conn.recv()  # hello
     p = model.placement()
     conn.send(("ok", {"n_ctx": model.n_ctx, "n_batch": model.n_batch, "n_threads": model.n_threads,
                       "recurrent": model.recurrent, "placement": (p.layers_gpu, p.layers_total, p.buffers),
@@ -200,7 +204,7 @@ def _host(conn, path: str, options: LoadOptions, shm_name: str, n_vocab: int) ->
                     out[:len(rows)] = rows
                     conn.send(("ok", (len(rows), None)))
                 else:
-                    conn.send(("ok", (len(rows), np.array(rows, copy=True))))
+                    conn.send(("ok", (len(rows), rows)))  # pickled (copied) as it is sent
             elif msg[0] == "rm":
                 model.rollback(msg[1])  # the child's own mirror of the cache follows
                 conn.send(("ok", True))

@@ -143,8 +143,11 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
         warm_tokens = min(32, spec_cfg.max_tokens)
         for cfg in (replace(plain_cfg, max_tokens=warm_tokens), replace(spec_cfg, max_tokens=warm_tokens)):
             measure(pair, encoded[0][1], cfg)
-    per_round = 2 + (2 if bcfg.reference == "local" else 1 if bcfg.reference else 0)
-    total, done = len(encoded) * bcfg.repeats * per_round, 0
+    local = bcfg.reference == "local"  # its "ref" slot runs the local pair twice: plain, then speculative
+    if local and bcfg.local is None:
+        raise ValueError("the local reference needs the pair loaded on this machine as well (BenchConfig.local)")
+    ref_runs = 2 if local else 1 if bcfg.reference else 0
+    total, done = len(encoded) * bcfg.repeats * (2 + ref_runs), 0
     per_prompt = []
     for prompt, tokens in encoded:
         plain_runs: list[RunResult] = []
@@ -157,15 +160,15 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
             for mode in order:
                 if cancel is not None and cancel.is_set():
                     return _aggregate(per_prompt, spec_cfg, True, bcfg.reference, skipped)
-                if mode == "ref" and bcfg.reference == "local":
-                    local_plain.append(_local(bcfg.local, tokens, plain_cfg))
-                    ref_tps.append(_local(bcfg.local, tokens, spec_cfg))
+                if mode == "ref" and local:
+                    local_plain.append(measure(bcfg.local, tokens, plain_cfg).tps)
+                    ref_tps.append(measure(bcfg.local, tokens, spec_cfg).tps)
                 elif mode == "ref":
                     ref_tps.append(_reference(bcfg.reference, pair, tokens, spec_cfg))
                 else:
                     result = measure(pair, tokens, spec_cfg if mode == "spec" else plain_cfg)
                     (spec_runs if mode == "spec" else plain_runs).append(result)
-                done += 2 if mode == "ref" and bcfg.reference == "local" else 1
+                done += ref_runs if mode == "ref" else 1
                 if progress:
                     progress(done, total, f"{prompt.id} {mode}")
         row = _prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg)
@@ -194,12 +197,6 @@ def encode(pair: Pair, prompts: Sequence[Prompt]) -> tuple[list[tuple[Prompt, li
     if not encoded:
         raise ContextFullError(f"no prompt fits in the context: {skipped[0]['error']}")
     return encoded, skipped
-
-
-def _local(local: Optional[Pair], tokens: list[int], cfg: GenConfig) -> float:
-    if local is None:
-        raise ValueError("the local reference needs the pair loaded on this machine as well (BenchConfig.local)")
-    return measure(local, tokens, cfg).tps
 
 
 def _reference(kind: str, pair: Pair, tokens: list[int], cfg: GenConfig) -> float:

@@ -114,63 +114,66 @@ def choose(target: Union[str, Path], draft: Optional[Union[str, Path]], want_tar
     from app.models import hardware
 
     machine = machine or hardware.detect()
-    if rpc:
-        return _choose_split(target, draft, want_target, want_draft, ctx, n_batch, machine, can_offload, tuple(rpc))
     can_offload = gpu_offload_supported() if can_offload is None else can_offload
     note = ""
     if machine.gpus and not can_offload:
         note = (" (a GPU is present but this llama.cpp build cannot offload: reinstall with TANDEM_BACKEND=cuda "
                 "or metal to use it)")
         machine = replace(machine, gpus=())
+    rpc, found = tuple(rpc), workers(rpc)
+    machine = replace(machine, remote=tuple(fit.Device(d.name, d.total, d.free, "rpc", w.endpoint)
+                                            for w in found for d in w.devices))
+    lines = tuple(w.line() for w in found)
     device = ", ".join(g.name + (f" ({g.description})" if g.description else "") for g in machine.gpus) or None
     t_shape, t_ctx, why = _shape(Path(target), ctx or 4096)
     d_shape, d_ctx, d_why = _shape(Path(draft), t_ctx) if draft is not None else (None, t_ctx, "")
     if t_shape is None or (draft is not None and d_shape is None):
-        def blind(want: Want) -> int:  # no estimate: llama.cpp's classic "everything" when there is a GPU
-            return (-1 if machine.gpus else 0) if want == AUTO else int(want)
+        def blind(want: Want, offload: bool) -> int:  # no estimate: llama.cpp's classic "everything" offloaded
+            return (-1 if offload else 0) if want == AUTO else int(want)
 
-        return Choice(want_target, want_draft, blind(want_target), blind(want_draft), None, device,
-                      f"GPU layers: target {_n(blind(want_target))}, draft {_n(blind(want_draft))} without an "
-                      f"estimate ({why or d_why}){note}")
+        t_layers, d_layers = blind(want_target, bool(machine.gpus or rpc)), blind(want_draft, bool(machine.gpus))
+        split = f"; target split over {len(rpc)} RPC worker(s) by free memory" if rpc else ""
+        return Choice(want_target, want_draft, t_layers, d_layers, None, device,
+                      f"GPU layers: target {_n(t_layers)}, draft {_n(d_layers)} without an estimate "
+                      f"({why or d_why}){note}{split}", rpc, (), lines)
     est = fit.choose_layers(t_shape, d_shape, machine, fit.Settings(ctx=t_ctx, ctx_draft=d_ctx, n_ubatch=n_batch),
                             want_target, want_draft)
-    parts = [f"target {est.target_layers}/{est.target_units} ({_how(want_target)})"]
-    if draft is not None:
-        parts.insert(0, f"draft {est.draft_layers}/{est.draft_units} ({_how(want_draft)})")
-    where = (f" on {device}: estimated {fit.gib(est.gpu_bytes)} of {fit.gib(est.budget)} usable" if machine.gpus
-             else " — no GPU, everything on the CPU")
+    if machine.remote:
+        line = _split_line(est, machine, want_target)
+    else:
+        parts = [f"target {est.target_layers}/{est.target_units} ({_how(want_target)})"]
+        if draft is not None:
+            parts.insert(0, f"draft {est.draft_layers}/{est.draft_units} ({_how(want_draft)})")
+        where = (f" on {device}: estimated {fit.gib(est.gpu_bytes)} of {fit.gib(est.budget)} usable"
+                 if machine.gpus else " — no GPU, everything on the CPU")
+        line = f"{', '.join(parts)}{where}"
     return Choice(want_target, want_draft, est.target_layers, est.draft_layers, est, device,
-                  f"GPU layers: {', '.join(parts)}{where}{note}")
+                  f"GPU layers: {line}{note}", rpc, est.split, lines)
 
 
-def _choose_split(target, draft, want_target: Want, want_draft: Want, ctx: int, n_batch: int, machine: Machine,
-                  can_offload: Optional[bool], rpc: tuple[str, ...]) -> Choice:
+def workers(rpc: Sequence[str]) -> list:
+    """The RPC workers' devices and free memory (none given: none asked)."""
+    if not rpc:
+        return []
     from app.engine import rpc as rpc_backend
 
     rpc_backend.require()
-    workers = rpc_backend.probe_all(rpc)
-    remote = tuple(fit.Device(d.name, d.total, d.free, "rpc", w.endpoint) for w in workers for d in w.devices)
-    local = choose(target, draft, want_target, want_draft, ctx, n_batch, machine, can_offload)
-    if local.estimate is None:
-        layers = -1 if want_target == AUTO else int(want_target)
-        return replace(local, target_layers=layers, rpc=rpc, workers=tuple(w.line() for w in workers),
-                       line=f"{local.line}; target split over {len(rpc)} RPC worker(s) by free memory")
-    gpus = machine.gpus if local.device else ()
-    t_shape, t_ctx, _ = _shape(Path(target), ctx or 4096)
-    d_shape, d_ctx, _ = _shape(Path(draft), t_ctx) if draft is not None else (None, t_ctx, "")
-    est = fit.choose_layers(t_shape, d_shape, replace(machine, gpus=gpus, remote=remote),
-                            fit.Settings(ctx=t_ctx, ctx_draft=d_ctx, n_ubatch=n_batch), want_target, want_draft)
+    return rpc_backend.probe_all(rpc)
+
+
+def _split_line(est: fit.Offload, machine: Machine, want_target: Want) -> str:
+    """Where the split target's layers go: each worker's share, the local GPU's, the rest on this CPU."""
+    remote = machine.remote
+
     def label(dev: fit.Device) -> str:  # the endpoint, and the device's index where a worker lends several
         return dev.name if sum(d.description == dev.description for d in remote) > 1 else dev.description
 
     on_workers = ", ".join(f"{n} on {label(dev)}" for n, dev in zip(est.split, remote))
     here = est.target_units - sum(est.split)
-    line = (f"target {est.target_units} layers: {on_workers}"
-            + (f", {sum(est.split[len(remote):])} on the local GPU" if gpus else "")
+    return (f"target {est.target_units} layers: {on_workers}"
+            + (f", {sum(est.split[len(remote):])} on the local GPU" if machine.gpus else "")
             + f", {here} on this machine's CPU ({_how(want_target)}); draft {est.draft_layers}/{est.draft_units} "
               f"local; estimated {fit.gib(est.remote_bytes)} on the workers")
-    return Choice(want_target, want_draft, est.target_layers, est.draft_layers, est, local.device,
-                  f"GPU layers: {line}", rpc, est.split, tuple(w.line() for w in workers))
 
 
 def _how(want: Want) -> str:

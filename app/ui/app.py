@@ -161,8 +161,8 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
             raise SystemExit(f"refusing to serve on {host}: anyone on the network could use it. "
                              "Add --auth user:password, or keep the default 127.0.0.1.")
         say(f"WARNING: serving on {host} — reachable from other machines; protect it (password, firewall).")
-    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1), gpu_layers=tuple(gpu_layers),
-                     rpc=tuple(rpc))
+    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1, rpc=tuple(rpc)),
+                     gpu_layers=tuple(gpu_layers))
     startup_pair(state, pair_id)
     demo = build_app(state)
     demo.queue(default_concurrency_limit=4)

@@ -38,8 +38,8 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
     check_exposure(host, api_key)
     if not port_is_free(host, port):
         raise SystemExit(f"port {port} on {host} is in use; choose another with --port")
-    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1), gpu_layers=tuple(gpu_layers),
-                     rpc=tuple(rpc))
+    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1, rpc=tuple(rpc)),
+                     gpu_layers=tuple(gpu_layers))
     startup_pair(state, pair_id)
     app, _ = build(state, api_key)
     shown = "127.0.0.1" if host == "localhost" else host

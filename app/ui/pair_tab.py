@@ -30,9 +30,9 @@ def load_offloaded(state: AppState, target, draft, want: tuple, n_ctx: int, n_th
                    pair_id: Optional[str] = None, progress=None, announce=lambda line: None,
                    rpc: Optional[tuple] = None) -> str:
     """Load a pair with the GPU layers ``want`` asks for ((target, draft): a number or auto), the target split
-    over the ``rpc`` workers (default: the state's); returns the line that says what was chosen (also given to
-    ``announce`` before loading)."""
-    rpc = state.rpc if rpc is None else tuple(rpc)
+    over the ``rpc`` workers (default: ``state.target_options.rpc``, the command line's until a pair loads);
+    returns the line that says what was chosen (also given to ``announce`` before loading)."""
+    rpc = state.target_options.rpc if rpc is None else tuple(rpc)
     if state.pair is not None and set(state.target_options.rpc) & set(rpc):
         announce("unloading the split pair first: an RPC worker serves one client at a time")
         state.unload()
@@ -40,7 +40,7 @@ def load_offloaded(state: AppState, target, draft, want: tuple, n_ctx: int, n_th
     announce(choice.line)
     topts, dopts = choice.options(LoadOptions(n_ctx=n_ctx, n_threads=n_threads))
     state.load(target, draft, topts, dopts if draft else None, pair_id=pair_id, progress=progress)
-    state.gpu_layers, state.gpu_choice, state.rpc = tuple(want), choice, rpc
+    state.gpu_layers, state.gpu_choice = tuple(want), choice
     return choice.line
 
 
@@ -52,8 +52,7 @@ def workers_html(text: str) -> str:
         endpoints = rpc.parse_endpoints(text or "")
         if not endpoints:
             return panel.status_html("No workers: the target stays on this machine.", "info")
-        rpc.require()
-        lines = [w.line() for w in rpc.probe_all(endpoints)]
+        lines = [w.line() for w in offload.workers(endpoints)]
     except (ValueError, rpc.RpcError) as exc:
         return panel.status_html(str(exc), "error")
     return panel.status_html("Ready: " + "; ".join(lines), "ok")
@@ -161,7 +160,7 @@ def build(state: AppState):
         threads = gr.Number(value=state.target_options.n_threads, precision=0, label="Threads",
                             info="CPU threads; 0 = all physical cores.")
     with gr.Row():
-        workers = gr.Textbox(value=", ".join(state.rpc), label="RPC workers", scale=4, elem_id="tdm-rpc",
+        workers = gr.Textbox(value=", ".join(state.target_options.rpc), label="RPC workers", scale=4, elem_id="tdm-rpc",
                              placeholder="host:port, host:port (empty: this machine only)",
                              info="Split the target over other machines running `python launcher.py worker`; "
                                   "the draft stays here. The RPC protocol has no authentication: use it only on "

@@ -34,7 +34,6 @@ class AppState:
     draft_options: Optional[LoadOptions] = None
     load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
     gpu_layers: tuple = ("auto", "auto")  # (target, draft) as asked: a number of layers or "auto"
-    rpc: tuple = ()  # RPC workers (host:port) the target is split over; empty: this machine only
     gpu_choice: Optional[Any] = None  # the offload.Choice the loaded pair was loaded with
     recent: dict[str, Any] = field(default_factory=dict)  # latest Compare per pair+settings (app/ui/speedup.py)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
