@@ -144,3 +144,30 @@ def test_the_draft_proposer_leaves_the_pairs_model_open():
     model = Owned()
     DraftModelProposer(model).close()
     assert not model.closed
+
+
+class ResumingLength:
+    """A draft-length policy that starts paused and resumes drafting (K = 4) after its first step."""
+
+    paused, probing, free_probe, k = True, False, False, 0
+    WHY = "drafting was measured to lose"
+
+    def begin(self) -> None:
+        pass
+
+    def update(self, drafted, accepted, t_draft, t_verify, synced) -> None:
+        self.paused, self.k = False, 4
+
+    def limit(self):
+        return self.WHY if self.paused else None
+
+
+def test_a_paused_step_says_why_even_when_drafting_resumes_after_it():
+    target = FakeTarget()
+    cfg = GenConfig(max_tokens=12, sampler=GREEDY, k="auto")
+    evs = list(generate(target, PROMPT, cfg, ScriptedProposer(64), length=ResumingLength()))
+    steps = [e for e in evs if isinstance(e, StepEvent)]
+    assert steps[0].paused and steps[0].limit == ResumingLength.WHY
+    assert not any(s.paused for s in steps[1:]) and steps[1].drafted == 4
+    done = done_of(evs)
+    assert done.stats.paused_steps == 1 and done.stats.limit == ResumingLength.WHY

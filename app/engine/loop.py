@@ -186,10 +186,11 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                 break
         probe = spec is not None and length.probing and bool(draft.tokens)  # (a probe may find nothing)
         paused = spec is not None and length.paused and not probe
+        limit = length.limit() if paused else None  # why this step was plain (the update may resume drafting)
         length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced)
         step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
-                            paused=paused, probe=probe, limit=length.limit() if paused else None)
+                            paused=paused, probe=probe, limit=limit)
         stats.add(step_ev)
         step += 1
         text.extend(e.text for e in events)
