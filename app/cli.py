@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+
+from app.errors import EXIT_ERROR, cli_line
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ("ui", "serve", "setup", "bench", "models", "tune", "worker", "test")
@@ -100,70 +100,11 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - known errors get one line; anything else is a bug: traceback
-        line = explain(exc)
+        line = cli_line(exc)
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)
-        return 2
-
-
-# What to do about each known error, by class name (no imports: any module's error can be named here).
-HINTS = {
-    "ContextFullError": "shorten the prompt, or give a larger context (--ctx)",
-    "RollbackError": "turn speculation off for this model",
-    "IncompatiblePair": "choose a draft with the target's tokenizer (check with `launcher.py models check`)",
-    "GGUFError": "check that the file is a whole GGUF model; download or export it again",
-    "ChecksumError": "the bad file was not kept; fetch it again",
-    "ProvisionError": "check the pair or model id (`launcher.py models list`) and the network",
-    "DownloadError": "",  # its message says what to do
-    "DeriveError": "check the source model (`launcher.py models list`)",
-    "LibraryError": "see `launcher.py models list`",
-    "CompatError": "give an installed model id, a catalog id or a .gguf path",
-    "PromptFileError": 'give JSON lines of {"prompt": …} or {"messages": […]}',
-    "TemplateError": "the model's chat template failed; use a completion prompt",
-    "LimitError": "see the README's \"Limits and errors\" for every range",
-    "RpcError": "",  # its message says what to do
-    "BackendError": "check the model file with `launcher.py models check`",
-    "DatabaseError": "the history database in the data folder could not be used; check its disk and permissions",
-    "MemoryError": "use a smaller model or context",
-}
-
-
-def disk_full(exc: BaseException) -> bool:
-    """True when ``exc``, or an error it came from, says the disk (or quota) is full."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if type(exc).__name__ == "DiskFullError" or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if "disk is full" in str(exc) or "No space left" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def explain(exc: BaseException) -> Optional[str]:
-    """"what happened — what to do" for a known error; None for a bug (it deserves its traceback)."""
-    what = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    if disk_full(exc):
-        return f"the disk is full ({what}) — free some space in {_data_dir()} or on that disk, then run it again"
-    for cls in type(exc).__mro__:
-        if cls.__name__ in HINTS:
-            hint = HINTS[cls.__name__]
-            return f"{what} — {hint}" if hint else what
-    if isinstance(exc, OSError):
-        name = f": {exc.filename}" if exc.filename else ""
-        return f"{exc.strerror or what}{name} — check the path and its permissions"
-    return None
-
-
-def _data_dir() -> str:
-    try:
-        from app import paths
-
-        return str(paths.home())
-    except Exception:  # noqa: BLE001 - the data dir itself may be what failed
-        return "the data folder"
+        return EXIT_ERROR
 
 
 def _setup(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.engine.stats import Summary
+from app.engine.summary import Summary
 from app.ui import panel, race, reply, speedup
 from app.ui.chatqueue import Sessions
 

@@ -198,7 +198,7 @@ def test_bench_reports_the_prompts_that_fit_and_marks_the_one_that_does_not(home
 
 
 def test_error_lines_say_what_to_do_and_bugs_keep_their_traceback():
-    from app.cli import explain
+    from app.errors import cli_line as explain
     from app.models.fileops import DiskFullError
 
     full = OSError(28, "No space left on device")
@@ -251,7 +251,7 @@ def test_tune_on_a_full_disk_says_so(tiny_disk, smol_paths):
 
 
 def test_quantizing_onto_a_full_disk_names_the_disk(tiny_disk, smol_paths, monkeypatch):
-    from app.cli import explain
+    from app.errors import cli_line as explain
     from app.models import derive, fileops
 
     monkeypatch.setattr(fileops, "check_free_space", lambda *a, **k: None)  # past the early check, into llama.cpp

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.engine.stats import Summary
+from app.engine.summary import Summary
 from app.ui import openai_format as F
 from app.ui import openai_schema as schema
 from app.ui import settings as S

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from app.engine.events import DoneEvent, StepEvent
 from app.engine.loop import GenConfig
-from app.engine.stats import Stats, Summary, pool
+from app.engine.stats import Stats, pool
+from app.engine.summary import Summary
 from app.lab import bench, tune
 
 STEPS = [StepEvent(step=0, drafted=4, accepted=2, emitted=3, t_draft=0.0625, t_verify=0.125, k=4, t_step=0.25),

@@ -13,7 +13,8 @@ import pytest
 from app.lab import tune
 from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab
-from app.engine.stats import Summary, leviathan_bound
+from app.engine.stats import leviathan_bound
+from app.engine.summary import Summary
 from app.lab.tuned import load_tuned
 
 CELL_KEYS = {"draft", "k", "speedup", "acceptance_rate", "mean_accepted", "c", "v", "bound", "per_position",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
-from app.engine.stats import Summary
+from app.engine.summary import Summary
 from app.ui import api, chat_tab, panel, reply
 from app.ui.settings import resolve
 from app.ui.state import AppState

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import llama_cpp as L
 import numpy as np
 
+from app.engine.errors import TandemError
 from app.engine.placement import Placement, parse as parse_placement
 from app.engine.vocab import VOCAB_TYPES, VocabInfo
 
@@ -26,16 +27,21 @@ _load_lock = threading.Lock()  # one load at a time, so that the log recorded is
 _load_log: Optional[list] = None  # llama.cpp's log of the load in progress (placement.parse reads it)
 
 
-class BackendError(RuntimeError):
-    pass
+class BackendError(TandemError, RuntimeError):
+    hint = "check the model file with `launcher.py models check`"
 
 
 class RollbackError(BackendError):
     """The KV cache refused a partial removal (recurrent or hybrid memory)."""
 
+    hint, status, code = "turn speculation off for this model", 400, "invalid_value"
+
 
 class ContextFullError(BackendError):
     """The sequence would not fit in the context window."""
+
+    hint, status, code = "shorten the prompt, or give a larger context (--ctx)", 400, "context_length_exceeded"
+    title = "Prompt too long"
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)

@@ -3,23 +3,50 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Optional, Union
 
-from app.engine.stats import Summary
+from app.engine.summary import Summary
 
-# Provenance of an emitted token.
-ACCEPTED = "accepted"  # a draft token the target verified
-CORRECTED = "corrected"  # the target's own token at the first rejected draft position
-BONUS = "bonus"  # the extra token after a fully accepted draft
-PLAIN = "plain"  # speculation off: one target step, one token
-KINDS = (ACCEPTED, CORRECTED, BONUS, PLAIN)
+
+
+class StrEnum(str, Enum):
+    """A str enum whose members print and format as their value (``enum.StrEnum`` before Python 3.11)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class TokenKind(StrEnum):
+    """Provenance of an emitted token."""
+
+    ACCEPTED = "accepted"  # a draft token the target verified
+    CORRECTED = "corrected"  # the target's own token at the first rejected draft position
+    BONUS = "bonus"  # the extra token after a fully accepted draft
+    PLAIN = "plain"  # speculation off: one target step, one token
+
+
+class StopReason(StrEnum):
+    """Why a generation ended (``DoneEvent.reason``)."""
+
+    EOG = "eog"  # the model ended its reply
+    MAX_TOKENS = "max_tokens"  # the token budget is spent
+    STOPPED = "stopped"  # the caller's stop switch (or a stop string)
+    CONTEXT = "context"  # the context window is full
+
+
+ACCEPTED, CORRECTED, BONUS, PLAIN = TokenKind.ACCEPTED, TokenKind.CORRECTED, TokenKind.BONUS, TokenKind.PLAIN
+KINDS = tuple(TokenKind)
 
 
 @dataclass(frozen=True)
 class TokenEvent:
     token: int
     text: str  # newly printable text ("" while a UTF-8 character is still incomplete)
-    kind: str  # one of KINDS
+    kind: TokenKind
     step: int  # target pass that produced it (0-based)
     draft_pos: Optional[int] = None  # position in the draft (0-based) for accepted/corrected tokens
     draft_prob: Optional[float] = None  # the draft's probability of its proposed token at that position
@@ -44,10 +71,13 @@ class StepEvent:
 
 @dataclass(frozen=True)
 class DoneEvent:
-    reason: str  # "eog", "max_tokens", "stopped", "context"
+    reason: StopReason  # the loop may give the value ("eog"): it is made a StopReason here
     stats: Summary = field(default_factory=Summary)  # Stats.summary()
     text: str = ""  # the whole generated text
     tokens: tuple = ()  # generated token ids (end-of-generation token excluded)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", StopReason(self.reason))
 
     def as_dict(self) -> dict:
         """JSON-ready: ``stats`` as ``Summary.to_dict``."""

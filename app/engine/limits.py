@@ -14,14 +14,18 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
+from app.engine.errors import BadInput
+
 K_LIMIT = 64  # the longest draft: beyond it the expected gain is nil even at 99 % acceptance
 CTX_LIMIT = 1 << 20  # tokens of context (llama.cpp clamps further to the model's training context)
 SEED_LIMIT = (1 << 64) - 1
 LIST_CHARS = 512  # the longest comma list of K or p_min values a sweep takes
 
 
-class LimitError(ValueError):
+class LimitError(BadInput, ValueError):
     """A setting outside its documented range; the message names the setting, the range and the value."""
+
+    hint = 'see the README\'s "Limits and errors" for every range'
 
 
 @dataclass(frozen=True)

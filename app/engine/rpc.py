@@ -38,6 +38,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 class RpcError(BackendError):
     """A worker could not be used; the message says which and why."""
 
+    hint = ""  # the message says what to do
+
 
 class WorkerUnreachable(RpcError):
     pass

@@ -40,6 +40,9 @@ from app.engine.placement import Placement
 ROWS = DEFAULT_K_MAX + 1
 TIMEOUT = float(os.environ.get("TANDEM_RPC_TIMEOUT", "120"))
 START_TIMEOUT = 600.0  # loading sends every remote layer over the network
+# The errors the child hands back as their own class (any other: a BackendError with its message).
+RELAYED = (backend.ContextFullError, backend.RollbackError, rpc.WorkerUnreachable, rpc.VersionMismatch,
+           rpc.WorkerBusy, rpc.RpcError)
 
 
 class SplitTarget(Model):
@@ -134,9 +137,7 @@ class SplitTarget(Model):
         kind, value = reply
         if kind == "ok":
             return value
-        name, text = value
-        cls = {c.__name__: c for c in (backend.ContextFullError, backend.RollbackError, rpc.WorkerUnreachable,
-                                       rpc.VersionMismatch, rpc.WorkerBusy, rpc.RpcError)}.get(name, BackendError)
+        cls, text = value  # the child sent one of RELAYED (any other error as a BackendError)
         raise cls(text)
 
     def _fail(self, why: Optional[str]) -> None:
@@ -180,7 +181,7 @@ def _host(conn, path: str, options: LoadOptions, shm_name: str, n_vocab: int) ->
     out = np.ndarray((ROWS, n_vocab), dtype=np.float32, buffer=shm.buf)
 
     def fail(exc: BaseException) -> tuple:
-        return "error", (type(exc).__name__, str(exc))
+        return "error", (type(exc) if type(exc) in RELAYED else BackendError, str(exc))
 
     try:
         rpc.register(options.rpc)

@@ -10,9 +10,11 @@ from typing import Optional, Sequence
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from app.engine.errors import BadInput
 
-class TemplateError(ValueError):
-    pass
+
+class TemplateError(BadInput, ValueError):
+    hint = "the model's chat template failed; use a completion prompt"
 
 
 def render_chat(template: Optional[str], messages: Sequence[dict], bos: str = "", eos: str = "",

@@ -13,6 +13,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from app.engine.errors import BadInput
+
 MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 CHECK_START_TOKEN_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID
 
@@ -53,8 +55,10 @@ class Compatibility:
         return self.ok
 
 
-class IncompatiblePair(ValueError):
+class IncompatiblePair(BadInput, ValueError):
     """Raised when a draft cannot speculate for a target; the message names the first difference."""
+
+    hint = "choose a draft with the target's tokenizer (check with `launcher.py models check`)"
 
 
 def check(target: VocabInfo, draft: VocabInfo) -> Compatibility:

@@ -19,16 +19,18 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from app.engine.errors import BadInput
 from app.engine.backend import ContextFullError
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
-from app.engine.stats import Summary, costs, median, pool
+from app.engine.stats import costs, median, pool
+from app.engine.summary import Summary
 
 CATEGORIES = ("code", "chat", "summarize", "math")
 
 
-class PromptFileError(ValueError):
-    pass
+class PromptFileError(BadInput, ValueError):
+    hint = 'give JSON lines of {"prompt": …} or {"messages": […]}'
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from app.lab.bench import PRIVATE, Prompt, encode, measure, public_dict
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair, draft_options_for
 from app.engine.sampling import SamplerSettings
-from app.engine.stats import Summary, costs, median, pool
+from app.engine.stats import costs, median, pool
+from app.engine.summary import Summary
 from app.engine.vocab import IncompatiblePair, check
 
 BASELINE_EVERY = 4  # speculative runs between two plain baselines of the same prompt

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from app.engine.errors import TandemError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -114,8 +116,14 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
-class EntryError(ValueError):
-    pass
+class EntryError(TandemError, ValueError):
+    status = 400
+
+
+class ProvisionError(TandemError, RuntimeError):
+    """A pair or model cannot be made present (unknown id, no source, a fetch that failed)."""
+
+    hint = "check the pair or model id (`launcher.py models list`) and the network"
 
 
 def _check_fields(body: dict[str, Any], schema: dict[str, tuple[type, bool]]) -> None:

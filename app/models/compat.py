@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from app.engine.errors import TandemError
 from app.engine.vocab import VocabInfo, check
 from app.models import library, meta
 from app.models.catalog import Catalog, load
@@ -15,8 +16,10 @@ from app.models.ggufheader import GGUFError
 from app.models.meta import ModelMeta
 
 
-class CompatError(ValueError):
+class CompatError(TandemError, ValueError):
     """A model could not be judged (unknown id, unreadable file, Hub unreachable); the message says why."""
+
+    hint, status = "give an installed model id, a catalog id or a .gguf path", 400
 
 
 @dataclass

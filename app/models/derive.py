@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from app.engine.errors import TandemError
 from app.models import fileops
 from app.models.fileops import Progress
 
@@ -22,8 +23,8 @@ _BITS = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q6_K": 6.6, "Q5_K_M": 5
          "Q4_K_M": 4.9, "Q4_K_S": 4.6, "Q4_1": 5, "Q4_0": 4.5, "Q3_K_M": 3.9, "Q2_K": 3.4}
 
 
-class DeriveError(RuntimeError):
-    pass
+class DeriveError(TandemError, RuntimeError):
+    hint = "check the source model (`launcher.py models list`)"
 
 
 def quantize(source: Path, dest: Path, ftype: str, progress: Optional[Progress] = None,

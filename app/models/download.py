@@ -17,6 +17,7 @@ from typing import Optional
 
 import psutil
 
+from app.engine.errors import TandemError
 from app import paths
 from app.models import fileops, library
 from app.models.catalog import ModelEntry
@@ -25,7 +26,7 @@ from app.models.fileops import ChecksumError, DiskFullError, Progress
 PARTIAL_SUFFIX = ".incomplete"
 
 
-class DownloadError(RuntimeError):
+class DownloadError(TandemError, RuntimeError):
     """A download failed; the message says why and what to do. Nothing half-done is registered."""
 
 

@@ -18,16 +18,18 @@ from typing import Callable, Iterator, Optional
 
 from tqdm.auto import tqdm
 
+from app.engine.errors import TandemError
+
 CHUNK = 1 << 20
 Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
 
 
-class ChecksumError(RuntimeError):
-    pass
+class ChecksumError(TandemError, RuntimeError):
+    hint = "the bad file was not kept; fetch it again"
 
 
-class DiskFullError(OSError):
-    pass
+class DiskFullError(TandemError, OSError):
+    hint, code = "", "disk_full"  # app.errors adds what to do
 
 
 def manifest_path(path: Path) -> Path:

@@ -18,6 +18,8 @@ from typing import Any, Callable
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from app.engine.errors import TandemError
+
 GGUF_MAGIC = b"GGUF"
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NAME = 64  # GGML_MAX_NAME: tensor names are shorter
@@ -36,8 +38,11 @@ _NUMPY = {GGUFValueType.UINT8: "<u1", GGUFValueType.INT8: "<i1", GGUFValueType.U
           GGUFValueType.INT64: "<i8", GGUFValueType.FLOAT64: "<f8"}
 
 
-class GGUFError(ValueError):
+class GGUFError(TandemError, ValueError):
     """The bytes are not a readable GGUF header."""
+
+    hint = "check that the file is a whole GGUF model; download or export it again"
+    status = 400
 
 
 class Truncated(GGUFError):

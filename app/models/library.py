@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
+from app.engine.errors import TandemError
 from app import paths
 from app.models import fileops, meta
 from app.models.catalog import Catalog, load
@@ -18,8 +19,10 @@ from app.models.ggufheader import GGUFError
 _lock = threading.RLock()
 
 
-class LibraryError(ValueError):
+class LibraryError(TandemError, ValueError):
     """A library operation could not be done; the message says why."""
+
+    hint, status = "see `launcher.py models list`", 400
 
 
 def library_file() -> Path:

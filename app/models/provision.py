@@ -10,12 +10,8 @@ from typing import Optional
 
 from app import paths
 from app.models import fileops
-from app.models.catalog import Catalog, ModelEntry, PairEntry, load
+from app.models.catalog import Catalog, ModelEntry, PairEntry, ProvisionError, load  # noqa: F401 (ProvisionError: re-exported)
 from app.models.fileops import Progress
-
-
-class ProvisionError(RuntimeError):
-    """A model could not be made present; the message says why and what to do."""
 
 
 def model_path(entry: ModelEntry) -> Path:

@@ -25,11 +25,10 @@ from typing import Optional
 
 from app import paths
 from app.models import fileops
-from app.models.catalog import ModelEntry
+from app.models.catalog import ModelEntry, ProvisionError
 from app.models.download import Cancelled
 from app.models.fileops import ChecksumError, Progress
 from app.models.library import slug
-from app.models.provision import ProvisionError
 
 
 def say(message: str) -> None:

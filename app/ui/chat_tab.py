@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.engine.events import KINDS
+from app.engine.events import KINDS, StopReason
 from app.ui import api, controls, panel, reply, speedup
 from app.ui import settings as S
 from app.ui.chatqueue import Sessions
@@ -214,10 +214,10 @@ def build(state: AppState) -> ChatView:
         hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks),
                          "line": line_for(last_run, claim_)}]
         sessions.set_history(key, hist)
-        reason = live.done.reason if live.done else "stopped"
+        reason = live.done.reason if live.done else StopReason.STOPPED
         done = panel.status_html(f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens", "ok")
         yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep
-        return reason == "stopped", last_run, None
+        return reason == StopReason.STOPPED, last_run, None
 
     def do_stop(request: gr.Request):
         stopped = state.request_stop(session_key(request))

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.engine.errors import BadInput
 from app import paths
 
 REFUSED = ("no such model here: give an installed model id, a catalog id, a .gguf inside Tandem's data folder, "
            "or upload the file")
 
 
-class FileRefused(ValueError):
+class FileRefused(BadInput, ValueError):
     """A path the app will not open for a client; the message is always :data:`REFUSED`."""
 
 

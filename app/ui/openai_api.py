@@ -22,8 +22,8 @@ import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from app.engine.backend import ContextFullError
-from app.engine.stats import Summary
+from app.engine.summary import Summary
+from app.errors import api_error
 from app.ui import openai_format as F
 from app.ui import openai_schema as schema
 from app.ui import settings as S
@@ -139,15 +139,8 @@ class Run:
 
 
 def _engine_error(live: Live) -> schema.RequestError:
-    exc, message = live.exception, live.error or "generation failed"
-    if isinstance(exc, ContextFullError):
-        return schema.RequestError(message, code="context_length_exceeded")
-    name = type(exc).__name__
-    if name in ("TemplateError", "ValueError", "RollbackError", "IncompatiblePair", "SettingsError"):
-        return schema.RequestError(message, code="invalid_value")
-    if isinstance(exc, RuntimeError) and "no pair is loaded" in message:
-        return schema.RequestError(message, code="model_not_loaded", status=503, type_="server_error")
-    return schema.RequestError(message, code="internal_error", status=500, type_="server_error")
+    status, type_, code = api_error(live.exception)
+    return schema.RequestError(live.error or "generation failed", code=code, status=status, type_=type_)
 
 
 def _error(exc: schema.RequestError) -> JSONResponse:

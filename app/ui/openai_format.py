@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from app.engine.stats import Summary
+from app.engine.summary import Summary
 
 # the engine's DoneEvent.reason → OpenAI's finish_reason / LM Studio's stop_reason
 FINISH = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context": "length", "stopped": "stop"}

@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from app.engine.errors import BadInput
 from app.ui import api
 from app.ui import settings as S
 
@@ -22,13 +23,13 @@ SETTING_FIELDS = ("temperature", "top_p", "seed", "speculative", "proposer", "k"
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
-class RequestError(ValueError):
+class RequestError(BadInput, ValueError):
     """A bad request: HTTP ``status`` with OpenAI's ``{"error": {message, type, param, code}}``."""
 
     def __init__(self, message: str, param: Optional[str] = None, code: Optional[str] = None, status: int = 400,
                  type_: str = "invalid_request_error"):
-        super().__init__(message)
-        self.param, self.code, self.status, self.type = param, code, status, type_
+        super().__init__(message, param=param, status=status)
+        self.code, self.type = code, type_  # type: ignore[assignment]  # OpenAI's code may be null
 
 
 class _Strict(BaseModel):

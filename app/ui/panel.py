@@ -11,19 +11,19 @@ import functools
 import html
 from typing import Optional, Sequence
 
-from app.engine.events import KINDS
-from app.engine.stats import Summary
+from app.engine.events import KINDS, StopReason, TokenKind
+from app.engine.summary import Summary
 from app.numfmt import fmt, k_text
 from app.ui.style import CSS, HEAD  # noqa: F401  (re-exported: the app serves them)
 
 _fmt = functools.partial(fmt, none="–")  # the UI's dash
 
 KIND_LABELS = {
-    "accepted": ("accepted draft", "drafted by the draft model and verified by the target", "green tint"),
-    "corrected": ("target-corrected", "the target's own token where it rejected the draft; click it to see what "
+    TokenKind.ACCEPTED: ("accepted draft", "drafted by the draft model and verified by the target", "green tint"),
+    TokenKind.CORRECTED: ("target-corrected", "the target's own token where it rejected the draft; click it to see what "
                                       "the draft proposed", "red tint, wavy underline"),
-    "bonus": ("bonus", "the extra target token after a fully accepted draft", "blue tint, dotted over- and underline"),
-    "plain": ("plain", "one target step, no speculation", "no tint"),
+    TokenKind.BONUS: ("bonus", "the extra target token after a fully accepted draft", "blue tint, dotted over- and underline"),
+    TokenKind.PLAIN: ("plain", "one target step, no speculation", "no tint"),
 }
 
 GLOSSARY = [
@@ -169,8 +169,8 @@ def status_html(message: str, kind: str = "info") -> str:
 
 
 def reason_text(reason: Optional[str]) -> str:
-    return {"eog": "finished", "max_tokens": "reached max tokens", "stopped": "stopped",
-            "context": "context full"}.get(reason or "", reason or "")
+    return {StopReason.EOG: "finished", StopReason.MAX_TOKENS: "reached max tokens", StopReason.STOPPED: "stopped",
+            StopReason.CONTEXT: "context full"}.get(reason or "", reason or "")
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> Optional[int]:

@@ -17,7 +17,9 @@ from typing import Callable, Iterator, Optional, Sequence
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
-from app.engine.stats import Stats, Summary
+from app.engine.stats import Stats
+from app.engine.summary import Summary
+from app.errors import NoPairLoaded, ui_message
 from app.ui.state import AppState
 
 GEN = dict(concurrency_id="generation", concurrency_limit=1)  # Gradio queue: one generation at a time
@@ -119,7 +121,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
             try:
                 pair = state.pair
                 if pair is None:
-                    raise RuntimeError(state.load_error or "no pair is loaded yet; choose one in Pair settings")
+                    raise NoPairLoaded(state.load_error or "no pair is loaded yet; choose one in Pair settings")
                 tokens = list(prompt(pair))
                 for i, job in enumerate(jobs):
                     if stop.is_set():
@@ -185,11 +187,4 @@ def _notify(state: AppState, done: DoneEvent, cfg: GenConfig) -> None:
 
 def describe_error(exc: BaseException) -> str:
     """A one-line message for the user."""
-    name = type(exc).__name__
-    text = str(exc) or name
-    if name in ("ContextFullError",):
-        return f"Prompt too long: {text}"
-    if name in ("TemplateError", "SettingsError", "ValueError", "RuntimeError", "RollbackError", "BackendError",
-                "IncompatiblePair", "ProvisionError"):
-        return text
-    return f"{name}: {text}"
+    return ui_message(exc)

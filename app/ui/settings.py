@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from app.engine.errors import BadInput
 from app.engine import limits
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.sampling import SamplerSettings
@@ -35,7 +36,7 @@ INTS = ("top_k", "repeat_last_n", "max_tokens", "k_max")
 FLOATS = ("temperature", "top_p", "min_p", "repeat_penalty", "p_min")
 
 
-class SettingsError(ValueError):
+class SettingsError(BadInput, ValueError):
     """Bad generation settings; the message names the offending keys or values."""
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Optional
 
-from app.engine.stats import Summary, costs
+from app.engine.stats import costs
+from app.engine.summary import Summary
 
 MIN_PLAIN_STEPS = 3  # plain steps inside a reply needed to time a target step from the reply itself
 SPEED_KEYS = ("proposer", "k", "k_max", "p_min", "rule", "temperature", "top_k", "top_p", "min_p",
