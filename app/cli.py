@@ -128,10 +128,10 @@ def _ui(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     if args.overhead is not None:
-        from app.ui.openai_overhead import main as overhead
+        from app.server.overhead import main as overhead
 
         return overhead(rounds=args.overhead, max_tokens=args.max_tokens, pair_id=args.pair)
-    from app.ui.openai_server import serve_api
+    from app.server.serve import serve_api
 
     return serve_api(host=args.host, port=args.port, api_key=args.api_key, pair_id=args.pair,
                      gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc)

@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from app.engine.summary import Summary
-from app.ui import panel, race, reply, speedup
-from app.ui.chatqueue import Sessions
+from app.ui import panel, race, reply
+from app.service import speedup
+from app.service.chatqueue import Sessions
 
 MARKDOWN = """Here is **bold** and `code`, a [link](http://example.com/a_b) & an entity &amp; done.
 
@@ -193,8 +194,8 @@ def test_make_it_faster_sweeps_and_applies_without_saving(smol_pair, smol_paths,
 
     from app.lab.lab import LabRequest
     from app.lab.tuned import load_tuned
-    from app.ui.faster import make_faster
-    from app.ui.state import AppState
+    from app.service.faster import make_faster
+    from app.service.state import AppState
 
     (tmp_path / "models").symlink_to(Path(smol_paths[0]).parent, target_is_directory=True)
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))

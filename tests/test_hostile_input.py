@@ -129,7 +129,7 @@ def test_a_huge_prompt_is_refused_before_it_is_tokenised_in_full(smol_pair):
 
 def test_empty_or_non_string_messages_are_errors(smol_pair):
     from app.ui import api
-    from app.ui.state import AppState
+    from app.service.state import AppState
 
     state = AppState(pair=smol_pair)
     for message, words in (("", "empty"), ("   \n", "empty"), (42, "must be a string"), (["hi"], "must be a string"),
@@ -153,7 +153,7 @@ def test_the_demo_pair_gets_no_false_no_speedup_warning(home, smol_paths):
 # --- the API reads only the data folder and uploads ------------------------------------------------------
 
 def test_allowed_files_are_the_data_folder_and_uploads(home, tmp_path):
-    from app.ui.files import REFUSED, FileRefused, allowed_file
+    from app.service.files import REFUSED, FileRefused, allowed_file
 
     inside = home / "models" / "m.gguf"
     inside.parent.mkdir(parents=True)
@@ -170,7 +170,7 @@ def test_the_models_api_cannot_probe_files(tmp_path, smol_paths):
     gradio_client = pytest.importorskip("gradio_client")
     from ui_server import app_url
 
-    from app.ui.files import REFUSED
+    from app.service.files import REFUSED
 
     client = gradio_client.Client(app_url(), verbose=False)
     answers = set()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.loop import GenConfig
-from app.ui import settings as S
+from app.service import settings as S
 
 ROOT = Path(__file__).resolve().parents[1]
 CAP = 4 << 30  # bytes of address space for a capped child: plenty for the demo pair, far from a billion Ks
@@ -129,7 +129,7 @@ CHILD = textwrap.dedent("""
     from app.engine.pair import Pair
     from app.models.provision import ensure_pair
     from app.ui import api
-    from app.ui.state import AppState
+    from app.service.state import AppState
 
     _, target, draft = ensure_pair("demo-smollm2")
     pair = Pair.load(target, draft, LoadOptions(n_ctx=256))

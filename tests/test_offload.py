@@ -179,11 +179,12 @@ def test_gpu_summary_tables_what_the_script_wrote(tmp_path):
 
 
 def test_pair_settings_load_with_the_asked_layers_and_show_the_placement(smol_paths):
+    from app.service.loading import PairOptions, load_into
+    from app.service.state import AppState
     from app.ui import pair_tab
-    from app.ui.state import AppState
 
     state = AppState()
-    line = pair_tab.load_offloaded(state, *smol_paths, ("auto", 0), 512)
+    line = load_into(state, PairOptions(*smol_paths, ("auto", 0), 512))
     try:
         assert line.startswith("GPU layers: draft 0/31 (given), target 0/31 (auto)")
         assert state.gpu_layers == ("auto", 0) and state.draft_options.n_gpu_layers == 0

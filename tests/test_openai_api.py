@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from app.ui.ports import ephemeral_port
+from app.service.ports import ephemeral_port
 from ui_server import ARTIFACTS, ROOT, _stop, app_url
 
 openai = pytest.importorskip("openai")

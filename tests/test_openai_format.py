@@ -9,10 +9,10 @@ import time
 import pytest
 
 from app.engine.summary import Summary
-from app.ui import openai_format as F
-from app.ui import openai_schema as schema
-from app.ui import settings as S
-from app.ui.fifo import FifoLock
+from app.server import openai_format as F
+from app.server import openai_schema as schema
+from app.service import settings as S
+from app.service.fifo import FifoLock
 
 
 def test_stop_strings_are_held_back_until_they_cannot_match():

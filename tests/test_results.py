@@ -85,7 +85,7 @@ def test_pool_sums_counters_and_recomputes_rates():
 
 
 def test_stats_times_a_running_generation_from_the_clock_it_is_given():
-    from app.ui.runner import Live
+    from app.service.runner import Live
 
     stats = Stats()
     stats.add(STEPS[0], now=10.0)  # decoding began t_draft + t_verify = 0.1875 s before this step arrived

@@ -232,8 +232,9 @@ def test_fit_spreads_the_target_over_workers():
 
 
 def test_pair_settings_check_and_load_a_split(workers, smol_paths):
+    from app.service.loading import PairOptions, load_into
+    from app.service.state import AppState
     from app.ui import pair_tab
-    from app.ui.state import AppState
 
     html = pair_tab.workers_html(", ".join(workers))
     assert "Ready" in html and all(e in html for e in workers) and "GiB free" in html
@@ -241,13 +242,13 @@ def test_pair_settings_check_and_load_a_split(workers, smol_paths):
     assert "host:port" in pair_tab.workers_html("no-port-here")
     state = AppState(target_options=LoadOptions(n_ctx=512))  # no workers until the load names them
     try:
-        line = pair_tab.load_offloaded(state, *smol_paths, (20, "auto"), 512, rpc=workers)
+        line = load_into(state, PairOptions(*smol_paths, (20, "auto"), 512, rpc=workers))
         assert "10 on " + workers[0] in line and "10 on " + workers[1] in line and "11 on this machine" in line
         assert state.pair.target.options.rpc == workers and state.target_options.rpc == workers
         info = pair_tab.info_html(state)
         assert "RPC worker" in info and "RPC workers" in info  # the devices lent, and the bytes placed there
         # Loading again over the same workers lets go of them first (a worker serves one client at a time).
-        pair_tab.load_offloaded(state, *smol_paths, (20, "auto"), 512)
+        load_into(state, PairOptions(*smol_paths, (20, "auto"), 512))
         assert state.pair.target.placement().remote_bytes > 0
     finally:
         state.unload()

@@ -11,7 +11,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # loopback only: no 
 gr = pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
-from app.ui.ports import ephemeral_port  # noqa: E402
+from app.service.ports import ephemeral_port  # noqa: E402
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def tab_app(smol_pair, smol_paths, tmp_path, monkeypatch):
     (tmp_path / "models").symlink_to(Path(smol_paths[0]).parent, target_is_directory=True)
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
     from app.ui import bench_tab
-    from app.ui.state import AppState
+    from app.service.state import AppState
 
     state = AppState(pair=smol_pair, pair_id="demo-smollm2", target_path=str(smol_paths[0]),
                      draft_path=str(smol_paths[1]))

@@ -87,7 +87,7 @@ def test_bad_values_and_long_prompts_keep_the_app_running(client):
 # --- in-process: settings, pair switching and baselines (no server) ----------------------------------------
 
 def test_settings_defaults_aliases_and_unknown_keys():
-    from app.ui import settings as S
+    from app.service import settings as S
 
     out = S.resolve({"spec": "off", "k": "4", "seed": -1}, S.defaults({"p_min": 0.5, "draft": "ignored"}))
     assert out["speculative"] is False and out["k"] == 4 and out["seed"] is None and out["p_min"] == 0.5
@@ -100,9 +100,9 @@ def test_settings_defaults_aliases_and_unknown_keys():
 
 def test_failed_switch_keeps_the_previous_pair_working(smol_paths, gemma_paths, tmp_path):
     from app.testing import load_options
-    from app.ui import api
-    from app.ui import settings as S
-    from app.ui.state import AppState
+    from app.service import chat
+    from app.service import settings as S
+    from app.service.state import AppState
 
     state = AppState()
     opts = load_options(n_ctx=1024)
@@ -116,8 +116,8 @@ def test_failed_switch_keeps_the_previous_pair_working(smol_paths, gemma_paths, 
         state.load(bogus, None, opts)
     assert state.pair is first
     live = None
-    for _, live in api.chat_stream(state, [{"role": "user", "content": "Hi"}],
-                                   S.resolve({"temperature": 0, "max_tokens": 4}), __import__("threading").Event()):
+    for _, live in chat.chat_stream(state, [{"role": "user", "content": "Hi"}],
+                                    S.resolve({"temperature": 0, "max_tokens": 4}), __import__("threading").Event()):
         pass
     assert live.error is None and live.tokens
     state.unload()
@@ -125,8 +125,8 @@ def test_failed_switch_keeps_the_previous_pair_working(smol_paths, gemma_paths, 
 
 
 def test_baseline_is_measured_stored_and_reused(smol_pair, tmp_path, monkeypatch):
-    from app.ui.baseline import measure_baseline
-    from app.ui.state import AppState
+    from app.service.baseline import measure_baseline
+    from app.service.state import AppState
 
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
     state = AppState(pair=smol_pair)

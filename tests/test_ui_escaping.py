@@ -14,9 +14,10 @@ import pytest
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.summary import Summary
-from app.ui import api, chat_tab, panel, reply
-from app.ui.settings import resolve
-from app.ui.state import AppState
+from app.service import chat
+from app.ui import chat_tab, panel, reply
+from app.service.settings import resolve
+from app.service.state import AppState
 
 PAYLOAD = "<script>alert(1)</script><img src=x onerror=alert(1)>"
 
@@ -64,7 +65,7 @@ def streamed_html() -> tuple[str, str]:
     state = AppState(pair=FakePair())
     settings = resolve({"temperature": 0, "max_tokens": 64})
     live = None
-    for _, live in api.chat_stream(state, [{"role": "user", "content": "x"}], settings, threading.Event()):
+    for _, live in chat.chat_stream(state, [{"role": "user", "content": "x"}], settings, threading.Event()):
         pass
     assert live.text == PAYLOAD
     return reply.render(reply.compact(live.tokens)), panel.counters_html(live.summary(), True, None)

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from app.testing import gpu_layers, test_home
-from app.ui.ports import ephemeral_port
+from app.service.ports import ephemeral_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -1,6 +1,6 @@
 """Every numeric setting's documented range, in one place, and the check that every door runs.
 
-The engine (``GenConfig.validate``), the UI and API settings (``app.ui.settings``), the Pair lab request, and
+The engine (``GenConfig.validate``), the UI and API settings (``app.service.settings``), the Pair lab request, and
 the command line (``bench``, ``tune``, ``models``) all check values here, so a bad value gets the same message
 wherever it comes in: ``k_max must be between 1 and 64 (got 1000000000)``. Bounds keep one request from
 growing the process without limit (a draft length of a billion, a K range of a billion values). The README's

@@ -14,18 +14,13 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and privat
 
 import gradio as gr  # noqa: E402
 
-from app.engine.backend import LoadOptions  # noqa: E402
+from app.engine.rpc import LOOPBACK  # noqa: E402
+from app.server.openai_api import mount  # noqa: E402
 from app.ui import api, bench_tab, chat_tab, compare_tab, models_tab, pair_tab, panel  # noqa: E402
-from app.ui.ports import free_port  # noqa: E402
-from app.ui.runner import GEN, describe_error  # noqa: E402
-from app.ui.state import AppState, backend_name, session_key  # noqa: E402
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def say(message: str) -> None:
-    print(f"[tandem] {message}", flush=True)
-
+from app.service.ports import free_port  # noqa: E402
+from app.service.loading import app_state, say, startup_pair  # noqa: E402
+from app.service.state import AppState, backend_name, session_key  # noqa: E402
+from app.ui.controls import GEN  # noqa: E402
 
 def theme() -> gr.themes.Base:
     system = ["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"]
@@ -114,35 +109,11 @@ def _api_endpoints(state: AppState) -> None:
     compare_btn.click(compare, [prompt, settings, runs], [compare_out], api_name="compare", **GEN)
 
 
-def startup_pair(state: AppState, pair_id: Optional[str]) -> None:
-    """Make the demo (or chosen) pair present and load it; on failure the app starts and says why."""
-    try:
-        from app.models.provision import ensure_pair
-
-        say("checking the demo models (the first start downloads them, about a minute)")
-        entry, target, draft = ensure_pair(pair_id)
-        say(f"loading pair {entry.id}: target {target.name}, draft {draft.name} on {backend_name()}")
-        pair_tab.load_offloaded(state, target, draft, state.gpu_layers, state.target_options.n_ctx,
-                                pair_id=entry.id, announce=say)
-        from app.ui.baseline import warm_up
-
-        warm_up(state)
-        if entry.k not in (None, "auto"):
-            state.defaults.setdefault("k", entry.k)
-        say("pair loaded")
-    except Exception as exc:
-        state.load_error = describe_error(exc)
-        say(f"could not prepare the pair: {state.load_error}")
-        say("the app starts anyway; choose a pair in Pair settings")
-
-
 def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optional[str]) -> None:
     """The OpenAI-compatible API and /metrics on the UI's own server (same pair, same generation queue)."""
     if host not in LOOPBACK and not api_key:
         say("the OpenAI-compatible API (/v1) is off: beyond loopback it needs --api-key KEY")
         return
-    from app.ui.openai_api import mount
-
     mount(demo.app, state, api_key)
     say("OpenAI-compatible API under /v1 (metrics: /metrics)")
 
@@ -161,8 +132,7 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
             raise SystemExit(f"refusing to serve on {host}: anyone on the network could use it. "
                              "Add --auth user:password, or keep the default 127.0.0.1.")
         say(f"WARNING: serving on {host} — reachable from other machines; protect it (password, firewall).")
-    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1, rpc=tuple(rpc)),
-                     gpu_layers=tuple(gpu_layers))
+    state = app_state(gpu_layers, rpc)
     startup_pair(state, pair_id)
     demo = build_app(state)
     demo.queue(default_concurrency_limit=4)

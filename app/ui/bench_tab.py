@@ -16,10 +16,10 @@ from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
 from app.lab.report import compare_markdown, k_label, recommendation_line
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
-from app.ui.faster import use_draft
+from app.service.faster import use_draft
 from app.ui.panel import _fmt as _f
-from app.ui.runner import GEN
-from app.ui.state import session_key
+from app.ui.controls import GEN
+from app.service.state import session_key
 
 CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
 RUN_HEADERS = ["id", "when", "pair", "status", "kind", "best"]

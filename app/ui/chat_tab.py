@@ -11,11 +11,14 @@ from typing import Any
 import gradio as gr
 
 from app.engine.events import KINDS, StopReason
-from app.ui import api, controls, panel, reply, speedup
-from app.ui import settings as S
-from app.ui.chatqueue import Sessions
-from app.ui.runner import GEN, describe_error
-from app.ui.state import AppState, session_key
+from app.ui import controls, panel, reply
+from app.service import speedup
+from app.service import chat
+from app.service import settings as S
+from app.service.chatqueue import Sessions
+from app.errors import ui_message
+from app.ui.controls import GEN
+from app.service.state import AppState, session_key
 
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
 EMPTY = "Ask something. Each reply is coloured by where its tokens came from; click a red one to see what " \
@@ -178,10 +181,10 @@ def build(state: AppState) -> ChatView:
         except S.SettingsError as exc:
             yield fail(str(exc))
             return True, {}, text
-        messages = api.build_messages(plain_messages(hist), text, resolved["system"])
+        messages = chat.build_messages(plain_messages(hist), text, resolved["system"])
         spec, live, shown_at, cost = resolved["speculative"], None, 0.0, 0.0
         try:
-            for status, live in api.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
+            for status, live in chat.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
                 if sessions.stale(claim):
                     return None
                 if status == "waiting":
@@ -200,7 +203,7 @@ def build(state: AppState) -> ChatView:
                 yield (view, reply_counters(state, snapshot)[0],
                        panel.status_html(f"Generating… (Stop ends it within one step){waiting}", "info"), keep, keep)
         except Exception as exc:  # never let a bad input take the tab down
-            yield fail(describe_error(exc))
+            yield fail(ui_message(exc))
             return True, {}, text
         if live is None or sessions.stale(claim):
             return None
@@ -230,7 +233,7 @@ def build(state: AppState) -> ChatView:
         return display([]), idle_counters(state), "", {}, ""
 
     def do_measure(request: gr.Request, last_run: dict):
-        from app.ui.baseline import measure_baseline, measure_plain
+        from app.service.baseline import measure_baseline, measure_plain
 
         key, keep = session_key(request), gr.update()
         if sessions.active(key):
@@ -244,7 +247,7 @@ def build(state: AppState) -> ChatView:
                 return keep, idle_counters(state), panel.status_html(msg, "ok"), keep
             b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].tokens or 1)
         except Exception as exc:
-            return keep, keep, panel.status_html(describe_error(exc), "error"), keep
+            return keep, keep, panel.status_html(ui_message(exc), "error"), keep
         last_run = dict(last_run, plain={"tps": b["tps"], "at": time.time(), "reply_at": last_run["at"]})
         view, claim_ = reply_counters(state, last_run)
         hist = sessions.history(key)
@@ -255,12 +258,12 @@ def build(state: AppState) -> ChatView:
         return display(hist), view, panel.status_html(msg, "ok"), last_run
 
     def do_faster(progress=gr.Progress()):
-        from app.ui.faster import make_faster
+        from app.service.faster import make_faster
 
         try:
             message, settings = make_faster(state, lambda f, d: progress(f, desc=d))
         except Exception as exc:
-            return (panel.status_html(f"Could not make it faster: {describe_error(exc)}", "error"),
+            return (panel.status_html(f"Could not make it faster: {ui_message(exc)}", "error"),
                     *[gr.update()] * len(ctrl.components))
         return panel.status_html(message, "ok"), *ctrl.apply(settings)
 

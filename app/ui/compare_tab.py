@@ -7,11 +7,14 @@ import re
 
 import gradio as gr
 
-from app.ui import api, controls, panel, race, speedup
-from app.ui import settings as S
+from app.ui import controls, panel, race
+from app.service import speedup
+from app.service import chat
+from app.service import settings as S
 from app.ui.chat_tab import WAITING
-from app.ui.runner import GEN, describe_error
-from app.ui.state import AppState, session_key
+from app.errors import ui_message
+from app.ui.controls import GEN
+from app.service.state import AppState, session_key
 
 EXAMPLES = [
     "Write a Python function that checks whether a string is a palindrome.",
@@ -76,15 +79,15 @@ def build(state: AppState) -> controls.Controls:
         stop_ev = state.armed_stop_event(session_key(request))
         payload, plain, spec = None, None, None
         try:
-            for st, plain, spec, order in api.compare_stream(state, text, resolved, stop_ev, len(history)):
+            for st, plain, spec, order in chat.compare_stream(state, text, resolved, stop_ev, len(history)):
                 if st == "waiting":
                     yield say(WAITING, "wait")
                     continue
-                payload = api.compare_payload(plain, spec, resolved, order, text, st)
+                payload = chat.compare_payload(plain, spec, resolved, order, text, st)
                 note = panel.status_html(f"Running ({order})…", "info") if st != "done" else ""
                 yield arena_html(plain, spec), keep, note, keep, keep, keep, gr.update(visible=False)
         except Exception as exc:
-            yield say(describe_error(exc), "error")
+            yield say(ui_message(exc), "error")
             return
         if payload is None:
             return

@@ -8,11 +8,13 @@ from typing import Any
 import gradio as gr
 
 from app.engine.loop import DEFAULT_K_MAX
-from app.ui import settings as S
-from app.ui.state import AppState
+from app.service import settings as S
+from app.service.state import AppState
 
 K_CHOICES = ["auto"] + [str(k) for k in range(1, DEFAULT_K_MAX + 1)]
 TUNED = ("speculative", "proposer", "k", "p_min")  # what a Pair lab recommendation sets
+
+GEN = dict(concurrency_id="generation", concurrency_limit=1)  # Gradio queue: one generation at a time
 
 
 @dataclass

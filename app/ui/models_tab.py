@@ -9,8 +9,8 @@ from typing import Any
 
 import gradio as gr
 
-from app.ui.files import FileRefused, allowed_file, model_ref
-from app.ui.state import AppState, backend_name, session_key
+from app.service.files import FileRefused, allowed_file, model_ref
+from app.service.state import AppState, backend_name, session_key
 
 INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
 PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "≈ tok/s here (plain)", "compatible",

@@ -17,31 +17,14 @@ from app.engine.vocab import VocabInfo, check
 from app.models import library, meta
 from app.models.catalog import load as load_catalog
 from app.ui import panel
-from app.ui.baseline import warm_up
-from app.ui.runner import describe_error
-from app.ui.state import AppState, backend_name
+from app.service.baseline import warm_up
+from app.service.loading import PairOptions, load_into
+from app.errors import ui_message
+from app.service.state import AppState, backend_name
 
 NO_DRAFT = "(none: prompt lookup only)"
 CTX_CHOICES = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 NGL_CHOICES = ["auto", "all", "0"]
-
-
-def load_offloaded(state: AppState, target, draft, want: tuple, n_ctx: int, n_threads: int = 0,
-                   pair_id: Optional[str] = None, progress=None, announce=lambda line: None,
-                   rpc: Optional[tuple] = None) -> str:
-    """Load a pair with the GPU layers ``want`` asks for ((target, draft): a number or auto), the target split
-    over the ``rpc`` workers (default: ``state.target_options.rpc``, the command line's until a pair loads);
-    returns the line that says what was chosen (also given to ``announce`` before loading)."""
-    rpc = state.target_options.rpc if rpc is None else tuple(rpc)
-    if state.pair is not None and set(state.target_options.rpc) & set(rpc):
-        announce("unloading the split pair first: an RPC worker serves one client at a time")
-        state.unload()
-    choice = offload.choose(target, draft, *want, ctx=n_ctx, rpc=rpc)
-    announce(choice.line)
-    topts, dopts = choice.options(LoadOptions(n_ctx=n_ctx, n_threads=n_threads))
-    state.load(target, draft, topts, dopts if draft else None, pair_id=pair_id, progress=progress)
-    state.gpu_layers, state.gpu_choice = tuple(want), choice
-    return choice.line
 
 
 def workers_html(text: str) -> str:
@@ -97,7 +80,7 @@ def verdict(target: Optional[str], draft: Optional[str]) -> tuple[bool, str]:
         t = _vocab(target, os.path.getmtime(target))
         d = _vocab(draft, os.path.getmtime(draft))
     except Exception as exc:  # an empty, truncated or corrupt file is never green
-        return False, f"Refused: {describe_error(exc)}"
+        return False, f"Refused: {ui_message(exc)}"
     c = check(t, d)
     return (True, "Compatible: the vocabularies match.") if c.ok else (False, f"Refused: {c.reason}")
 
@@ -207,12 +190,12 @@ def build(state: AppState):
             rpc = parse_endpoints(rpc_text or "")
             preset_id = next((pid for pid, tf, df in pairs.values()
                               if Path(tpath).name == tf and dpath and Path(dpath).name == df), None)
-            line = load_offloaded(state, tpath, dpath, want, int(n_ctx), int(n_threads or 0), preset_id,
-                                  progress=lambda f, d: progress(f, desc=d), rpc=rpc)
+            line = load_into(state, PairOptions(tpath, dpath, want, int(n_ctx), int(n_threads or 0), rpc),
+                             preset_id, progress=lambda f, d: progress(f, desc=d))
             progress(0.95, desc="warming up")
             warm_up(state)
         except Exception as exc:  # the previous pair stays loaded
-            state.load_error = describe_error(exc)
+            state.load_error = ui_message(exc)
             kept = " The previous pair is still loaded." if state.pair is not None else ""
             return panel.status_html(f"Could not load: {state.load_error}.{kept}", "error"), info_html(state)
         return panel.status_html(f"Loaded. {line}", "ok"), info_html(state)

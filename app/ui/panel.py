@@ -173,13 +173,6 @@ def reason_text(reason: Optional[str]) -> str:
             StopReason.CONTEXT: "context full"}.get(reason or "", reason or "")
 
 
-def first_difference(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def compare_row_html(result: dict) -> str:
     items = [
         _stat("plain tok/s", _fmt(result.get("plain_tps"), ".1f")),

@@ -20,9 +20,7 @@ from app.engine.pair import Pair
 from app.engine.stats import Stats
 from app.engine.summary import Summary
 from app.errors import NoPairLoaded, ui_message
-from app.ui.state import AppState
-
-GEN = dict(concurrency_id="generation", concurrency_limit=1)  # Gradio queue: one generation at a time
+from app.service.state import AppState
 
 _START, _END = "start", "end"
 
@@ -163,7 +161,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
             if item == _END:
                 break
             if isinstance(item, Exception):
-                lives[current].error = describe_error(item)
+                lives[current].error = ui_message(item)
                 lives[current].exception = item
                 continue
             lives[idx].add(item, now)
@@ -183,8 +181,3 @@ def _notify(state: AppState, done: DoneEvent, cfg: GenConfig) -> None:
             observer(done, cfg)
         except Exception:  # pragma: no cover - an observer (metrics) must never break a generation
             pass
-
-
-def describe_error(exc: BaseException) -> str:
-    """A one-line message for the user."""
-    return ui_message(exc)

@@ -23,13 +23,13 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.engine.summary import Summary
-from app.errors import api_error
-from app.ui import openai_format as F
-from app.ui import openai_schema as schema
-from app.ui import settings as S
-from app.ui.metrics import CONTENT_TYPE, Metrics
-from app.ui.runner import Job, Live, describe_error, stream
-from app.ui.state import AppState
+from app.errors import api_error, ui_message
+from app.server import openai_format as F
+from app.server import openai_schema as schema
+from app.service import settings as S
+from app.service.metrics import CONTENT_TYPE, Metrics
+from app.service.runner import Job, Live, stream
+from app.service.state import AppState
 
 INTERVAL = 0.05  # seconds between snapshots of a running generation (the granularity of streamed chunks)
 
@@ -277,7 +277,7 @@ class OpenAIApi:
             return _error(exc)
         except Exception as exc:  # never a traceback for the client; the server keeps running
             status = 500
-            return _error(schema.RequestError(describe_error(exc), code="internal_error", status=500,
+            return _error(schema.RequestError(ui_message(exc), code="internal_error", status=500,
                                               type_="server_error"))
         finally:
             if run is not None and not streaming:

@@ -13,7 +13,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from app.engine.events import DoneEvent
 from app.engine.loop import GenConfig
-from app.ui.state import AppState
+from app.service.state import AppState
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -11,11 +11,11 @@ from typing import Optional
 
 from fastapi import FastAPI
 
-from app.engine.backend import LoadOptions
-from app.ui.app import LOOPBACK, say, startup_pair
-from app.ui.openai_api import OpenAIApi, mount
-from app.ui.ports import port_is_free
-from app.ui.state import AppState
+from app.engine.rpc import LOOPBACK
+from app.service.loading import app_state, say, startup_pair
+from app.server.openai_api import OpenAIApi, mount
+from app.service.ports import port_is_free
+from app.service.state import AppState
 
 DEFAULT_PORT = 8080
 
@@ -38,8 +38,7 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
     check_exposure(host, api_key)
     if not port_is_free(host, port):
         raise SystemExit(f"port {port} on {host} is in use; choose another with --port")
-    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1, rpc=tuple(rpc)),
-                     gpu_layers=tuple(gpu_layers))
+    state = app_state(gpu_layers, rpc)
     startup_pair(state, pair_id)
     app, _ = build(state, api_key)
     shown = "127.0.0.1" if host == "localhost" else host

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 from app.engine.backend import BackendError, LoadOptions, active_backend
 from app.engine.pair import Pair
 from app.lab import baselines
-from app.ui.fifo import FifoLock
+from app.service.fifo import FifoLock
 
 Progress = Callable[[float, str], None]  # (fraction 0..1, description)
 

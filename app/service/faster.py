@@ -11,7 +11,7 @@ from typing import Callable, Optional
 from app import paths
 from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
 from app.lab.report import recommendation_line
-from app.ui.state import AppState
+from app.service.state import AppState
 
 APPLIED = ("speculative", "proposer", "k", "p_min")
 Say = Callable[[float, str], None]
@@ -45,7 +45,7 @@ def _files(pair_id: str) -> tuple[Path, Path]:
 
 def ensure_pair(state: AppState, machine, say: Say) -> str:
     """Load a fitting installed pair if none is loaded, or a draft for a target that has none."""
-    from app.ui.baseline import warm_up
+    from app.service.baseline import warm_up
 
     if state.pair is not None and state.pair.draft is not None:
         return f"Kept the loaded pair ({Path(state.target_path or '').name} ← {Path(state.draft_path or '').name})."

@@ -17,19 +17,18 @@ import time
 import urllib.request
 from typing import Optional
 
-from app.engine.backend import LoadOptions
+import uvicorn
+
 from app.lab.bench import builtin_suite
 from app.engine.loop import run as run_engine
-from app.ui import settings as S
-from app.ui.ports import ephemeral_port
-from app.ui.state import AppState
+from app.service import settings as S
+from app.server.serve import build
+from app.service.loading import app_state, say, startup_pair
+from app.service.ports import ephemeral_port
+from app.service.state import AppState
 
 
 def _start_server(state: AppState) -> tuple[str, object]:
-    import uvicorn
-
-    from app.ui.openai_server import build
-
     app, _ = build(state)
     port = ephemeral_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
@@ -125,9 +124,7 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def main(rounds: int, max_tokens: int = 128, pair_id: Optional[str] = None) -> int:
-    from app.ui.app import say, startup_pair
-
-    state = AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1))
+    state = app_state()
     startup_pair(state, pair_id)
     if state.pair is None:
         return 1

@@ -14,8 +14,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.engine.errors import BadInput
-from app.ui import api
-from app.ui import settings as S
+from app.service import chat
+from app.service import settings as S
 
 Number = Union[StrictInt, float]
 SETTING_FIELDS = ("temperature", "top_p", "seed", "speculative", "proposer", "k", "k_max", "p_min", "rule",
@@ -171,7 +171,7 @@ def settings_of(req: _Common, base: dict) -> dict:
 def chat_messages(req: ChatRequest, resolved: dict) -> list[dict]:
     """The conversation as ``/chat`` builds it (same system-prompt rule, same text extraction)."""
     history = [{"role": ROLES[m.role], "content": _content(m.content)} for m in req.messages]
-    return api.build_messages(history, None, resolved["system"])
+    return chat.build_messages(history, None, resolved["system"])
 
 
 def completion_text(req: CompletionRequest) -> str:
