@@ -9,10 +9,9 @@ growing the process without limit (a draft length of a billion, a K range of a b
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from app.engine.errors import BadInput
 
@@ -133,18 +132,6 @@ def _whole_float(text: str) -> bool:
         return "." in text and float(text).is_integer()
     except ValueError:
         return False
-
-
-def arg(name: str, range_name: str | None = None) -> Callable[[str], Any]:
-    """An argparse ``type=`` that parses and checks one value, so argparse reports a bad one in one line."""
-    def parse(text: str) -> Any:
-        try:
-            return parse_number(name, text, range_name)
-        except LimitError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    parse.__name__ = name  # argparse names the type in its messages
-    return parse
 
 
 def k_value(text: Any) -> Any:

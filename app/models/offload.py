@@ -1,8 +1,8 @@
 """GPU layers for the command lines and the app.
 
-``--gpu-layers N|all|auto`` and ``--draft-gpu-layers N|all|auto`` (llama.cpp's ``-ngl`` / ``-ngld``) on every
-command that loads a pair (:func:`add_gpu_args`); ``auto``, the default, takes the fit estimate of
-``app/models/fit.py`` for the two files on this machine (the draft on the GPU first, then as many target layers
+``--gpu-layers N|all|auto`` and ``--draft-gpu-layers N|all|auto`` (llama.cpp's ``-ngl`` / ``-ngld``, read by
+:func:`layers_value`) on every command that loads a pair, and the same fields in Pair settings; ``auto``, the
+default, takes the fit estimate of ``app/models/fit.py`` for the two files on this machine (the draft on the GPU first, then as many target layers
 as fit; no GPU: 0) and says so in one line (:func:`choose`). After loading, :func:`gpu_report` puts what
 llama.cpp actually placed (``Model.placement``) next to that estimate: the ``gpu`` block of the bench JSON,
 ``models fit --place`` and Pair settings.
@@ -10,7 +10,6 @@ llama.cpp actually placed (``Model.placement``) next to that estimate: the ``gpu
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -39,36 +38,6 @@ def layers_value(text: Any) -> Want:
         raise ValueError(f"GPU layers must be 0 or more (-1 or 'all': every layer); not {n}")
     limits.check("gpu_layers", n)
     return n
-
-
-def _arg(text: str) -> Want:
-    try:
-        return layers_value(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_gpu_args(parser: argparse.ArgumentParser) -> None:
-    """``--gpu-layers/-ngl`` and ``--draft-gpu-layers/-ngld``, both ``auto`` by default (for any command that
-    loads a pair: bench, tune, ui, serve)."""
-    parser.add_argument("--gpu-layers", "-ngl", type=_arg, default=AUTO, metavar="N|all|auto",
-                        help="target layers on the GPU (default auto: as many as the fit estimate says fit "
-                             "beside the draft; 0 without a GPU)")
-    parser.add_argument("--draft-gpu-layers", "-ngld", type=_arg, default=AUTO, metavar="N|all|auto",
-                        help="draft layers on the GPU (default auto: all of them when they fit; the draft goes "
-                             "on the GPU first)")
-    parser.add_argument("--rpc", type=_endpoints, default=(), metavar="HOST:PORT[,HOST:PORT]",
-                        help="split the target over these RPC workers (`launcher.py worker` on each) and this "
-                             "machine; --gpu-layers then counts the layers on the workers and local GPUs together")
-
-
-def _endpoints(text: str) -> tuple[str, ...]:
-    from app.engine.rpc import parse_endpoints
-
-    try:
-        return parse_endpoints(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -227,20 +196,3 @@ def report_lines(report: dict[str, Any]) -> list[str]:
                      + (f"; RPC workers {_mib(s['used_remote_bytes'])} used vs {_mib(s['estimated_remote_bytes'])} "
                         "estimated" if s.get("rpc") else ""))
     return lines
-
-
-def load_pair(target: Union[str, Path], draft: Optional[Union[str, Path]], args: argparse.Namespace, tag: str):
-    """For the command lines: choose the GPU layers from ``args`` (``gpu_layers``, ``draft_gpu_layers``,
-    ``ctx``, ``threads``), say so, load the pair and say what was placed. Returns (pair, gpu report)."""
-    from app.engine.pair import Pair
-
-    choice = choose(target, draft, args.gpu_layers, args.draft_gpu_layers, args.ctx, rpc=getattr(args, "rpc", ()))
-    for line in choice.workers:
-        print(f"[{tag}] RPC worker {line}", flush=True)
-    print(f"[{tag}] {choice.line}", flush=True)
-    topts, dopts = choice.options(LoadOptions(n_ctx=args.ctx, n_threads=args.threads))
-    pair = Pair.load(target, draft, topts, dopts if draft is not None else None)
-    report = gpu_report(pair.target, pair.draft, choice)
-    for line in report_lines(report):
-        print(f"[{tag}] {line}", flush=True)
-    return pair, report

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 
+from app.cli.args import port
 from app.engine import devices, rpc
 
 WARNING = """
@@ -22,30 +24,22 @@ WARNING = """
 """
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, not {text!r}")
-    return int(text)
-
-
 def register(sub) -> None:
     w = sub.add_parser("worker", help="lend this machine's GPU (or CPU) to a Tandem on another machine (RPC)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface: see the warning)")
-    w.add_argument("--port", type=_port, default=rpc.DEFAULT_PORT, help=f"port (default {rpc.DEFAULT_PORT})")
+    w.add_argument("--port", type=port, default=rpc.DEFAULT_PORT, help=f"port (default {rpc.DEFAULT_PORT})")
     w.add_argument("--device", action="append", default=[], metavar="NAME",
                    help="a device to lend (repeatable; default: every GPU, else the CPU); --list-devices names them")
     w.add_argument("--threads", type=int, default=0, help="CPU threads for a CPU device (default: physical cores)")
     w.add_argument("--cache", metavar="DIR",
                    help="keep large tensors in DIR, so reloading the same model sends only their hashes")
     w.add_argument("--list-devices", action="store_true", help="list this machine's devices and exit")
-    w.set_defaults(func=_worker)
+    w.set_defaults(func=run)
 
 
-def _worker(args: argparse.Namespace) -> int:
-    import socket
-
+def run(args: argparse.Namespace) -> int:
     rpc.require()
     if args.list_devices:
         for d in devices.local_devices():

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from pathlib import Path
 
-from app.engine import limits
 from app.lab.bench import REFERENCES, BenchConfig, BenchResult, PromptFileError, load_prompts, run_bench
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
 from app.engine.sampling import SamplerSettings
-from app.models.offload import add_gpu_args
+from app.models.provision import ensure_pair
+from app.cli.args import add_gpu_args, fail, k_value, limit, load, reproduce_command
 from app.numfmt import fmt as _f
-
-
-def k_value(text: str):
-    try:
-        return limits.k_value(text)
-    except limits.LimitError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,17 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default=None, help="catalog pair id (default: the catalog's default pair)")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
     p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
-    p.add_argument("--max-tokens", type=limits.arg("max_tokens"), default=256)
+    p.add_argument("--max-tokens", type=limit("max_tokens"), default=256)
     p.add_argument("--k", type=k_value, default="auto", help="draft length: an integer or auto")
-    p.add_argument("--k-max", type=limits.arg("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
-    p.add_argument("--p-min", type=limits.arg("p_min"), default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
-    p.add_argument("--temperature", type=limits.arg("temperature"), default=0.0)
+    p.add_argument("--k-max", type=limit("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
+    p.add_argument("--p-min", type=limit("p_min"), default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
+    p.add_argument("--temperature", type=limit("temperature"), default=0.0)
     p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
-    p.add_argument("--seed", type=limits.arg("seed"), default=0)
+    p.add_argument("--seed", type=limit("seed"), default=0)
     p.add_argument("--proposer", choices=PROPOSERS, default=PROPOSERS[0])
-    p.add_argument("--repeats", type=limits.arg("repeats"), default=1)
-    p.add_argument("--threads", type=limits.arg("threads"), default=0, help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=limits.arg("ctx"), default=4096, help="context size")
+    p.add_argument("--repeats", type=limit("repeats"), default=1)
+    p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=limit("ctx"), default=4096, help="context size")
     p.add_argument("--reference", choices=REFERENCES,
                    help="also time a reference decoder on the same prompts, interleaved: 'bare' (a minimal "
                         "llama_decode + argmax loop, vs Tandem's plain decoding), 'bare-spec' (a minimal greedy "
@@ -49,40 +41,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "cost)")
     p.add_argument("--json", dest="json_out", help="write the full result to this file")
     add_gpu_args(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=run)
 
 
-def main(args: argparse.Namespace) -> int:
-    from app.models.provision import ensure_pair
-    from app.models.offload import load_pair
-
+def run(args: argparse.Namespace) -> int:
     try:
         prompts = load_prompts(args.prompts_file, args.suite)
     except PromptFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        fail(str(exc))
     entry, target, draft = ensure_pair(args.pair)
     gen = GenConfig(max_tokens=args.max_tokens, k=args.k, k_max=args.k_max, p_min=args.p_min,
                     proposer=args.proposer, rule=args.rule,
                     sampler=SamplerSettings(temperature=args.temperature, seed=args.seed))
     gen.validate()
     if args.reference and args.temperature > 0:
-        print("error: the reference decoders are greedy; use --temperature 0 with --reference", file=sys.stderr)
-        return 2
+        fail("the reference decoders are greedy; use --temperature 0 with --reference")
     if args.reference == "local" and not args.rpc:
-        print("error: --reference local compares a target split over RPC workers with the same pair on this "
-              "machine alone; give the workers with --rpc", file=sys.stderr)
-        return 2
+        fail("--reference local compares a target split over RPC workers with the same pair on this machine "
+             "alone; give the workers with --rpc")
     if args.reference == "bare-spec" and args.proposer != "draft":
-        print("error: --reference bare-spec compares draft-model speculation; use --proposer draft",
-              file=sys.stderr)
-        return 2
+        fail("--reference bare-spec compares draft-model speculation; use --proposer draft")
     print(f"[bench] pair {entry.id}: target {target.name}, draft {draft.name}; {len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
-    pair, gpu = load_pair(target, draft if args.proposer == "draft" else None, args, "bench")
+    pair, gpu = load(target, draft if args.proposer == "draft" else None, args, "bench")
     local = None
     if args.reference == "local":  # the same pair without the workers, loaded as auto would load it here
-        local, _ = load_pair(target, draft if args.proposer == "draft" else None,
+        local, _ = load(target, draft if args.proposer == "draft" else None,
                              argparse.Namespace(**dict(vars(args), rpc=(), gpu_layers="auto")), "bench local")
     with pair:
         try:
@@ -106,11 +90,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _progress(done: int, total: int, what: str) -> None:
     print(f"\r[bench] {done}/{total} runs ({what})".ljust(60), end="", file=sys.stderr, flush=True)
-
-
-def reproduce_command(argv: list[str]) -> str:
-    args = argv[1:] if argv and argv[0].endswith("launcher.py") else argv
-    return "python launcher.py " + " ".join(shlex.quote(a) for a in args if a)
 
 
 def format_table(r: BenchResult) -> str:

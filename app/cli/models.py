@@ -7,11 +7,12 @@
     models delete ID                     delete (or forget) an installed model
     models check TARGET DRAFT [--json]   compatibility, from GGUF metadata (exit 1 when incompatible)
 
-Errors (a missing file, a failed download, a full disk …) reach ``app.cli.main``, which prints one line and
-exits 2.
     models fit [--json]                  this machine's hardware and every catalog pair's fit
     models recommend [--vram GiB] [--ram GiB] [--ctx N] [--json]
     models derive TARGET --quant Q4_0    a small draft quantized from an installed target
+
+Errors (a missing file, a failed download, a full disk …) reach ``app.cli.main``, which prints one line and
+exits 2.
 """
 
 from __future__ import annotations
@@ -21,7 +22,19 @@ import json
 import sys
 from typing import Any
 
-from app.engine import limits
+from app.cli.args import add_gpu_args, fail, limit
+from app.engine.backend import BackendError
+from app.engine.pair import Pair
+from app.models import fileops, hardware, library
+from app.models.advice import label_pairs, recommend
+from app.models.catalog import load
+from app.models.compat import check_pair
+from app.models.derive import derive_draft
+from app.models.download import pull
+from app.models.fit import CACHE_TYPE_BYTES, Settings
+from app.models.offload import gpu_report, report_lines
+from app.models.provision import ensure_model, ensure_pair, model_path
+from app.service.loading import PairOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,9 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, helptext in (("fit", "hardware and how each catalog pair fits"),
                            ("recommend", "the best pair per use, each pair with its fit")):
         f = msub.add_parser(name, help=helptext)
-        f.add_argument("--vram", type=limits.arg("vram", "memory_gib"), help="GPU memory in GiB instead of the detected (0 = no GPU)")
-        f.add_argument("--ram", type=limits.arg("ram", "memory_gib"), help="available RAM in GiB instead of the detected")
-        f.add_argument("--ctx", type=limits.arg("ctx"), default=4096, help="context length to plan for (default 4096)")
+        f.add_argument("--vram", type=limit("vram", "memory_gib"), help="GPU memory in GiB instead of the detected (0 = no GPU)")
+        f.add_argument("--ram", type=limit("ram", "memory_gib"), help="available RAM in GiB instead of the detected")
+        f.add_argument("--ctx", type=limit("ctx"), default=4096, help="context length to plan for (default 4096)")
         f.add_argument("--cache-type", default="f16", help="KV cache type: f16, q8_0, q4_0 (default f16)")
         f.add_argument("--json", action="store_true")
         f.set_defaults(func=cmd_fit if name == "fit" else cmd_recommend)
@@ -68,8 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--place", nargs="?", const="", metavar="PAIR",
                    help="also load an installed pair (default: the catalog's default) with the GPU layers below "
                         "and show what llama.cpp placed next to the estimate")
-    from app.models.offload import add_gpu_args
-
     add_gpu_args(f)
 
     der = msub.add_parser("derive", help="quantize an installed target into a small draft")
@@ -83,19 +94,11 @@ def _print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _fail(msg: str) -> int:
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
-
-
 def _gb(n: Any) -> str:
     return "?" if n is None else f"{n / 2**30:.2f} GiB"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from app.models import library
-    from app.models.catalog import load
-
     cat = load()
     models = library.installed(cat)
     if args.json:
@@ -117,10 +120,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from app.models.catalog import load
-    from app.models.download import pull
-    from app.models.provision import ensure_model, ensure_pair
-
     if args.filename is not None:
         print(f"installed {pull(args.repo, args.filename, args.revision)}")
         return 0
@@ -131,29 +130,23 @@ def cmd_pull(args: argparse.Namespace) -> int:
     elif args.repo in cat.models:
         print(f"installed {ensure_model(cat, args.repo)}")
     else:
-        return _fail(f"{args.repo!r} is neither a catalog pair nor a catalog model; "
-                     "to pull from the Hub give REPO_ID FILENAME")
+        fail(f"{args.repo!r} is neither a catalog pair nor a catalog model; "
+             "to pull from the Hub give REPO_ID FILENAME")
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from app.models import library
-
     rec = library.import_gguf(args.path, copy=args.copy)
     print(f"imported {rec['id']}: {rec['path']}")
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from app.models import library
-
     print(library.delete(args.id))
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from app.models.compat import check_pair
-
     v = check_pair(args.target, args.draft)
     if args.json:
         d = v.to_dict()
@@ -171,74 +164,55 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _machine(args: argparse.Namespace):
-    from app.models import hardware
-
     return hardware.override(hardware.detect(), args.vram, args.ram)
 
 
 def _rows(args: argparse.Namespace, machine) -> list[dict]:
-    from app.models.advice import label_pairs
-    from app.models.fit import CACHE_TYPE_BYTES, Settings
-
     if args.cache_type not in CACHE_TYPE_BYTES:
         raise SystemExit(f"error: unknown cache type {args.cache_type!r} ({', '.join(CACHE_TYPE_BYTES)})")
     return label_pairs(machine=machine, settings=Settings(ctx=args.ctx, cache_type=args.cache_type))
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from app.models import hardware
-
     machine = _machine(args)
     rows = _rows(args, machine)
     placed = None
     if args.place is not None:
         if machine.source == "given":
-            return _fail("--place loads the pair on this machine; leave out --vram and --ram", 2)
+            fail("--place loads the pair on this machine; leave out --vram and --ram")
         placed = _place(args, machine)
-        if isinstance(placed, str):
-            return _fail(placed)
     if args.json:
         _print_json({"machine": machine.to_dict(), "pairs": rows, **({"placement": placed} if placed else {})})
         return 0
     print(hardware.summary(machine) + (" (given on the command line)" if machine.source == "given" else ""))
     _table(rows)
     if placed:
-        from app.models.offload import report_lines
-
         print(f"placed {placed['pair']}: {placed['decision']}")
         for line in report_lines(placed):
             print(f"  {line}")
     return 0
 
 
-def _place(args: argparse.Namespace, machine):
-    """Load the pair ``args.place`` names with the GPU layers asked for; the gpu report, or why not (str)."""
-    from app.engine.backend import BackendError, LoadOptions
-    from app.engine.pair import Pair
-    from app.models import fileops
-    from app.models.catalog import load
-    from app.models.provision import model_path
-    from app.models.offload import choose, gpu_report
-
+def _place(args: argparse.Namespace, machine) -> dict:
+    """Load the pair ``args.place`` names with the GPU layers asked for; its gpu report."""
     cat = load()
     pid = args.place or cat.default_pair().id
     if pid not in cat.pairs:
-        return f"unknown pair {pid!r}; see `launcher.py models list`"
+        fail(f"unknown pair {pid!r}; see `launcher.py models list`")
     paths = [model_path(cat.models[m]) for m in (cat.pairs[pid].target, cat.pairs[pid].draft)]
     missing = [p.name for p in paths if not fileops.is_done(p)]
     if missing:
-        return f"pair {pid} is not installed ({', '.join(missing)}): launcher.py models pull {pid}"
-    choice = choose(paths[0], paths[1], args.gpu_layers, args.draft_gpu_layers, args.ctx, machine=machine)
+        fail(f"pair {pid} is not installed ({', '.join(missing)}): launcher.py models pull {pid}")
+    choice, topts, dopts = PairOptions(paths[0], paths[1], (args.gpu_layers, args.draft_gpu_layers),
+                                       args.ctx).plan(machine)
     try:
-        with Pair.load(paths[0], paths[1], *choice.options(LoadOptions(n_ctx=args.ctx))) as pair:
+        with Pair.load(paths[0], paths[1], topts, dopts) as pair:
             return {"pair": pid, **gpu_report(pair.target, pair.draft, choice)}
     except BackendError as exc:
-        return f"loading {pid} with {choice.line}: {exc}"
+        fail(f"loading {pid} with {choice.line}: {exc}")
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from app.models.advice import recommend
-
     machine = _machine(args)
     rows = _rows(args, machine)
     best = recommend(rows)
@@ -259,8 +233,6 @@ def _table(rows: list[dict]) -> None:
 
 
 def cmd_derive(args: argparse.Namespace) -> int:
-    from app.models.derive import derive_draft
-
     out = derive_draft(args.target, args.quant)
     print(f"derived {out['id']} from {out['parent']}: {out['path']}")
     print(("compatible: " if out["compatible"] else "INCOMPATIBLE: ") + out["reason"])

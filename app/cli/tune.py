@@ -10,10 +10,17 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from app.bench_cli import _f, reproduce_command
+from app.cli.args import add_gpu_args, fail, limit, load, reproduce_command
 from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
-from app.models.offload import add_gpu_args
+from app.lab.bench import PromptFileError
+from app.lab.history import History
+from app.lab.lab import LabRequest, plan, run_lab
+from app.lab.report import compare_markdown, k_label, recommendation_line
+from app.lab.tune import parse_ks
+from app.lab.tuned import describe_machine, machine_info
+from app.models.provision import ensure_pair
+from app.numfmt import fmt as _f
 
 
 def _p_mins(text: str) -> tuple:
@@ -29,8 +36,6 @@ def _p_mins(text: str) -> tuple:
 
 
 def _ks(text: str) -> str:
-    from app.lab.tune import parse_ks
-
     try:
         parse_ks(text)
     except ValueError as exc:
@@ -47,15 +52,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                        "(default: 2,4,8 with --quick, else 1-4,6,8,auto)")
     p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]}, optional "category"')
-    p.add_argument("--max-tokens", type=limits.arg("max_tokens"), default=None, help="tokens per run (default: 32 quick, 128 full)")
-    p.add_argument("--temperature", type=limits.arg("temperature"), default=0.0)
-    p.add_argument("--seed", type=limits.arg("seed"), default=0)
+    p.add_argument("--max-tokens", type=limit("max_tokens"), default=None, help="tokens per run (default: 32 quick, 128 full)")
+    p.add_argument("--temperature", type=limit("temperature"), default=0.0)
+    p.add_argument("--seed", type=limit("seed"), default=0)
     p.add_argument("--p-min", type=_p_mins, default=(DEFAULT_P_MIN,), help="p_min values tried with K=auto")
-    p.add_argument("--repeats", type=limits.arg("repeats"), default=1, help="rounds over the prompts (medians over them)")
+    p.add_argument("--repeats", type=limit("repeats"), default=1, help="rounds over the prompts (medians over them)")
     p.add_argument("--quick", action="store_true", help="about 30 s on the demo pair: own draft + lookup, "
                                                         "K 2,4,8, two short prompts")
-    p.add_argument("--threads", type=limits.arg("threads"), default=0, help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=limits.arg("ctx"), default=2048, help="context size")
+    p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=limit("ctx"), default=2048, help="context size")
     p.add_argument("--json", dest="json_out", help="write the result (cells, best, recommendations) here")
     p.add_argument("--no-save", action="store_true", help="do not make the result this machine's defaults")
     add_gpu_args(p)
@@ -64,34 +69,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--show", type=int, metavar="ID", help="print a stored run's report")
     g.add_argument("--compare", metavar="A,B", help="compare two stored runs")
     g.add_argument("--delete", type=int, metavar="ID", help="delete a stored run and its files")
-    p.set_defaults(func=main)
+    p.set_defaults(func=run)
 
 
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.history or args.show or args.compare or args.delete:
         return _history(args)
     return _sweep(args)
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from app.lab.bench import PromptFileError
-    from app.lab.lab import LabRequest, plan, run_lab
-    from app.lab.tuned import describe_machine, machine_info
-    from app.models.provision import ensure_pair
-    from app.models.offload import load_pair
-
     entry, target, draft = ensure_pair(args.pair)
     req = LabRequest(drafts=args.drafts, ks=args.k, suite=args.suite, prompts_file=args.prompts_file,
                      max_tokens=args.max_tokens, temperature=args.temperature, quick=args.quick,
                      repeats=max(1, args.repeats), p_mins=args.p_min, seed=args.seed)
     cancel = threading.Event()
-    pair, gpu = load_pair(target, draft, args, "tune")
+    pair, gpu = load(target, draft, args, "tune")
     with pair:
         try:
             cfg = plan(pair, req, on_skip=lambda name, why: print(f"[tune] skip {name}: {why}", file=sys.stderr))
         except (ValueError, PromptFileError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            fail(str(exc))
         print(f"[tune] pair {entry.id} on {describe_machine(machine_info())}", flush=True)
         print(f"[tune] drafts: {', '.join(c.id for c in cfg.candidates)}; K: {', '.join(map(str, cfg.ks))}; "
               f"{len(cfg.prompts)} prompts x {cfg.max_tokens} tokens; {cfg.total_runs()} runs "
@@ -121,9 +119,8 @@ def _sweep(args: argparse.Namespace) -> int:
         print(f"[tune] skipped prompt {skip['id']}: {skip['error']}")
     if result["status"] == "failed":
         print(f"[tune] history run #{result['run_id']} stored as failed", file=sys.stderr)
-        print(f"error: no draft could be measured ({'; '.join(e['draft'] for e in result['errors']) or 'none'}) — "
-              "see the failed rows above; check the files with `python launcher.py models check`", file=sys.stderr)
-        return 2
+        fail(f"no draft could be measured ({'; '.join(e['draft'] for e in result['errors']) or 'none'}) — see the "
+             "failed rows above; check the files with `python launcher.py models check`")
     if result["partial"]:
         print(f"[tune] cancelled: partial result ({result['runs_done']}/{result['runs_total']} runs), "
               "stored as partial; defaults unchanged")
@@ -152,8 +149,6 @@ def _duration(seconds: float) -> str:
 
 
 def format_cells(r: dict) -> str:
-    from app.lab.report import k_label
-
     head = (f"{'draft':<28} {'K':>15} {'speedup':>8} {'spread':>11} {'accept':>7} {'tok/pass':>8} "
             f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'tok/s':>6}")
     lines = [head, "-" * len(head)]
@@ -175,8 +170,6 @@ def format_cells(r: dict) -> str:
 
 
 def format_recommendations(r: dict) -> str:
-    from app.lab.report import recommendation_line
-
     lines = ["recommendation (best median speedup):"]
     for cat, rec in r["recommendations"].items():
         lines.append(f"  {cat:<10} {recommendation_line(rec)}")
@@ -184,9 +177,6 @@ def format_recommendations(r: dict) -> str:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from app.lab.history import History
-    from app.lab.report import compare_markdown, recommendation_line
-
     hist = History()
     if args.delete:
         ok = hist.delete(args.delete)
@@ -197,8 +187,7 @@ def _history(args: argparse.Namespace) -> int:
             a, b = (int(x) for x in args.compare.split(","))
             print(compare_markdown(hist.compare(a, b)))
         except (ValueError, KeyError) as exc:
-            print(f"error: --compare needs two stored run ids A,B ({exc})", file=sys.stderr)
-            return 2
+            fail(f"--compare needs two stored run ids A,B ({exc})")
         return 0
     if args.show:
         run = hist.get(args.show)

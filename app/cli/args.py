@@ -1,0 +1,101 @@
+"""What the commands share: argument types that report a bad value in one line, the GPU-layer and RPC
+arguments, loading a pair with its GPU report printed, the reproduce line, and :func:`fail` (the one error
+path: a known error raised here reaches the dispatcher, which prints it in one line and exits 2)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Optional, Union
+
+from app.engine import limits
+from app.engine.pair import Pair
+from app.engine.rpc import parse_endpoints
+from app.errors import BadInput
+from app.models import offload
+from app.service.loading import PairOptions, load_pair as _load_pair
+
+
+class UsageError(BadInput):
+    """The command line asks for something that cannot be done; the message says what instead."""
+
+
+def fail(message: str) -> NoReturn:
+    """End the command with ``error: message`` and exit code 2 (through the dispatcher's error path)."""
+    raise UsageError(message)
+
+
+def _typed(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type=`` that turns a ValueError into argparse's one-line error."""
+    def typed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    typed.__name__ = name  # argparse names the type in its messages
+    return typed
+
+
+def limit(name: str, range_name: Optional[str] = None) -> Callable[[str], Any]:
+    """Parse and check one value against its documented range (``engine.limits``)."""
+    return _typed(name, lambda text: limits.parse_number(name, text, range_name))
+
+
+k_value = _typed("k", limits.k_value)  # a draft length: an integer in range or auto
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value}")
+    return value
+
+
+def port(text: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, not {text!r}")
+    return int(text)
+
+
+def add_gpu_args(parser: argparse.ArgumentParser) -> None:
+    """``--gpu-layers/-ngl`` and ``--draft-gpu-layers/-ngld``, both ``auto`` by default, and ``--rpc`` (for any
+    command that loads a pair: bench, tune, ui, serve)."""
+    layers = _typed("layers", offload.layers_value)
+    parser.add_argument("--gpu-layers", "-ngl", type=layers, default=offload.AUTO, metavar="N|all|auto",
+                        help="target layers on the GPU (default auto: as many as the fit estimate says fit "
+                             "beside the draft; 0 without a GPU)")
+    parser.add_argument("--draft-gpu-layers", "-ngld", type=layers, default=offload.AUTO, metavar="N|all|auto",
+                        help="draft layers on the GPU (default auto: all of them when they fit; the draft goes "
+                             "on the GPU first)")
+    parser.add_argument("--rpc", type=_typed("endpoints", parse_endpoints), default=(),
+                        metavar="HOST:PORT[,HOST:PORT]",
+                        help="split the target over these RPC workers (`launcher.py worker` on each) and this "
+                             "machine; --gpu-layers then counts the layers on the workers and local GPUs together")
+
+
+def load(target: Union[str, Path], draft: Optional[Union[str, Path]], args: argparse.Namespace,
+         tag: str) -> tuple[Pair, dict]:
+    """Load the pair with the GPU layers, context and threads of ``args`` (``gpu_layers``,
+    ``draft_gpu_layers``, ``ctx``, ``threads``, ``rpc``), saying what was chosen and what was placed.
+    Returns (pair, gpu report)."""
+    def say(line: str) -> None:
+        print(f"[{tag}] {line}", flush=True)
+
+    options = PairOptions(target, draft, (args.gpu_layers, args.draft_gpu_layers), args.ctx, args.threads,
+                          tuple(getattr(args, "rpc", ())))
+    pair, choice = _load_pair(options, say)
+    report = offload.gpu_report(pair.target, pair.draft, choice)
+    for line in offload.report_lines(report):
+        say(line)
+    return pair, report
+
+
+def reproduce_command(argv: list[str]) -> str:
+    """The command line that runs this again."""
+    args = argv[1:] if argv and argv[0].endswith("launcher.py") else argv
+    return "python launcher.py " + " ".join(shlex.quote(a) for a in args if a)

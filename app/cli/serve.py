@@ -1,0 +1,32 @@
+"""``launcher.py serve``: the OpenAI-compatible API alone (no UI, no Gradio), or ``--overhead N`` to time it."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.cli.args import add_gpu_args, port, positive
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("serve", help="the OpenAI-compatible API alone (no UI), e.g. for editors and scripts")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=port, default=8080)
+    serve.add_argument("--api-key", help="Bearer key required on every /v1 route (needed beyond loopback)")
+    serve.add_argument("--pair", help="catalog pair to load at start (default: the catalog's default)")
+    serve.add_argument("--overhead", type=positive, metavar="N", help="instead of serving: time N rounds of direct "
+                       "engine runs against the same requests through the server, print the overhead, exit")
+    serve.add_argument("--max-tokens", type=positive, default=128, help="tokens per run for --overhead")
+    add_gpu_args(serve)
+    serve.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # FastAPI and uvicorn load for this command alone
+    if args.overhead is not None:
+        from app.server.overhead import main as overhead
+
+        return overhead(rounds=args.overhead, max_tokens=args.max_tokens, pair_id=args.pair)
+    from app.server.serve import serve_api
+
+    return serve_api(host=args.host, port=args.port, api_key=args.api_key, pair_id=args.pair,
+                     gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc)

@@ -1,0 +1,31 @@
+"""``launcher.py test [pytest arguments]``: fetch the demo models into the test cache, then run the suite."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from app.cli import setup
+from app.testing import test_home
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    test = sub.add_parser("test", help="run the test suite (arguments go to pytest)")
+    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    test.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ["TANDEM_HOME"] = str(test_home())  # never the user's own data dir
+    print(f"[tandem] test data: {os.environ['TANDEM_HOME']}", flush=True)
+    rc = setup.run(argparse.Namespace(pair=None))
+    if rc:
+        return rc
+    extra = [a for a in args.pytest_args if a != "--"]
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests"), *extra]
+    return subprocess.call(cmd, cwd=ROOT)
