@@ -174,7 +174,7 @@ def test_race_replays_at_real_timing_and_marks_the_faster_run():
     assert lanes[0].startswith(' data-first="false"') and lanes[1].startswith(' data-first="true"')
     assert "finished first · 1.1 s sooner" in lanes[1] and "finished 1.1 s later" in lanes[0]
     assert "speculation saved 1.1 s of 2.0 s" in out
-    from app.ui.compare_tab import replay
+    from app.ui.tabs.compare import replay
 
     assert 'data-run="4"' in replay(out)
 
@@ -213,7 +213,7 @@ def test_make_it_faster_sweeps_and_applies_without_saving(smol_pair, smol_paths,
 
 
 def test_typed_sizes_get_clear_messages_and_zero_gpu_means_none():
-    from app.ui.models_tab import NO_GPU, _gib, _speed
+    from app.ui.tabs.models import NO_GPU, _gib, _speed
     from app.engine.limits import form_int
 
     assert form_int("context size", " 8192 ", "ctx") == 8192  # what Pair settings does with the typed size

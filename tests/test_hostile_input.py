@@ -46,7 +46,7 @@ def patch_tensor_info(path: Path, field: str, value: int) -> Path:
 # --- a model is registered only when it is whole ---------------------------------------------------------
 
 def test_half_and_corrupt_models_are_refused_everywhere(home, tmp_path, smol_paths):
-    from app.ui.pair_tab import verdict
+    from app.ui.tabs.pair import verdict
 
     target = str(smol_paths[0])
     half = cut(smol_paths[1], tmp_path / "half.gguf")

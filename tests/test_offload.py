@@ -181,7 +181,7 @@ def test_gpu_summary_tables_what_the_script_wrote(tmp_path):
 def test_pair_settings_load_with_the_asked_layers_and_show_the_placement(smol_paths):
     from app.service.loading import PairOptions, load_into
     from app.service.state import AppState
-    from app.ui import pair_tab
+    from app.ui.tabs import pair as pair_tab
 
     state = AppState()
     line = load_into(state, PairOptions(*smol_paths, ("auto", 0), 512))

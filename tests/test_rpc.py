@@ -234,7 +234,7 @@ def test_fit_spreads_the_target_over_workers():
 def test_pair_settings_check_and_load_a_split(workers, smol_paths):
     from app.service.loading import PairOptions, load_into
     from app.service.state import AppState
-    from app.ui import pair_tab
+    from app.ui.tabs import pair as pair_tab
 
     html = pair_tab.workers_html(", ".join(workers))
     assert "Ready" in html and all(e in html for e in workers) and "GiB free" in html

@@ -18,7 +18,7 @@ from app.service.ports import ephemeral_port  # noqa: E402
 def tab_app(smol_pair, smol_paths, tmp_path, monkeypatch):
     (tmp_path / "models").symlink_to(Path(smol_paths[0]).parent, target_is_directory=True)
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
-    from app.ui import bench_tab
+    from app.ui.tabs import bench as bench_tab
     from app.service.state import AppState
 
     state = AppState(pair=smol_pair, pair_id="demo-smollm2", target_path=str(smol_paths[0]),
@@ -53,7 +53,7 @@ def test_tune_endpoint_end_to_end(tab_app, smol_paths):
     assert not state.generation_lock.locked()  # the sweep gave the pair back
 
     # what the tab shows after the run, and its "Use this" button
-    from app.ui import bench_tab
+    from app.ui.tabs import bench as bench_tab
 
     shown = bench_tab.render_result(result, History())
     assert shown[1].startswith(f"Run #{result['run_id']}") and all(img is not None for img in shown[4:7])

@@ -15,7 +15,8 @@ import pytest
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.summary import Summary
 from app.service import chat
-from app.ui import chat_tab, panel, reply
+from app.ui import panel, reply
+from app.ui.tabs import chat as chat_tab
 from app.service.settings import resolve
 from app.service.state import AppState
 

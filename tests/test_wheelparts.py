@@ -197,7 +197,7 @@ def test_the_models_tab_offers_pypi_pairs_and_its_get_button_installs_them():
     gradio_client = pytest.importorskip("gradio_client")
     from ui_server import app_url
 
-    from app.ui.models_tab import _pypi_choices
+    from app.ui.tabs.models import _pypi_choices
 
     choices = dict((v, label) for label, v in _pypi_choices(catalog.load()))
     assert "on demand" in choices["demo-qwen-coder"] and "1.50 GiB" in choices["demo-qwen-coder"]

@@ -16,7 +16,8 @@ import gradio as gr  # noqa: E402
 
 from app.engine.rpc import LOOPBACK  # noqa: E402
 from app.server.openai_api import mount  # noqa: E402
-from app.ui import api, bench_tab, chat_tab, compare_tab, models_tab, pair_tab, panel  # noqa: E402
+from app.ui import api, panel  # noqa: E402
+from app.ui.tabs import bench, chat, compare, models, pair  # noqa: E402
 from app.service.ports import free_port  # noqa: E402
 from app.service.loading import app_state, say, startup_pair  # noqa: E402
 from app.service.state import AppState, backend_name, session_key  # noqa: E402
@@ -35,15 +36,15 @@ def build_app(state: AppState) -> gr.Blocks:
         header = gr.HTML(_header(state), elem_id="tdm-header")
         with gr.Tabs():
             with gr.Tab("Chat", id="chat"):
-                chat_ctrl = chat_tab.build(state)
+                chat_ctrl = chat.build(state)
             with gr.Tab("Compare", id="compare"):
-                compare_ctrl = compare_tab.build(state)
+                compare_ctrl = compare.build(state)
             with gr.Tab("Pair settings", id="pair"):
-                pair_info, pair_loaded = pair_tab.build(state)
+                pair_info, pair_loaded = pair.build(state)
             with gr.Tab("Models", id="models"):
-                models_tab.build(state)
+                models.build(state)
             with gr.Tab("Benchmark", id="bench"):
-                tuned = bench_tab.build(state)
+                tuned = bench.build(state)
         pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False,
                          show_progress="hidden")
         if tuned is not None:  # "Use this" or a full sweep changed the defaults: the open Chat and Compare follow
@@ -52,7 +53,7 @@ def build_app(state: AppState) -> gr.Blocks:
                          show_progress="hidden")
 
         def on_load():
-            return [_header(state), pair_tab.info_html(state), *chat_ctrl.refresh(state),
+            return [_header(state), pair.info_html(state), *chat_ctrl.refresh(state),
                     *compare_ctrl.refresh(state)]
 
         demo.load(on_load, None, [header, pair_info, *chat_ctrl.components, *compare_ctrl.components],

@@ -11,7 +11,7 @@ from app.ui import controls, panel, race
 from app.service import speedup
 from app.service import chat
 from app.service import settings as S
-from app.ui.chat_tab import WAITING
+from app.ui.tabs.chat import WAITING
 from app.errors import ui_message
 from app.ui.controls import GEN
 from app.service.state import AppState, session_key
