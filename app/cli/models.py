@@ -155,9 +155,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         _print_json(d)
     else:
         print(("compatible: " if v.ok else "INCOMPATIBLE: ") + v.reason)
-        for side in (v.target, v.draft):
-            if side.where != "local":
-                print(f"  {side.id}: judged from the {side.where} ({side.bytes_read} bytes read)")
+        for model in (v.target, v.draft):
+            if model.where != "local":
+                print(f"  {model.id}: judged from the {model.where} ({model.bytes_read} bytes read)")
         if v.extra.get("warning"):
             print(f"  warning: {v.extra['warning']}")
     return 0 if v.ok else 1

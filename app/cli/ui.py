@@ -20,8 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.ui.app import serve  # Gradio loads for this command alone
+    # Gradio (and FastAPI) load for this command alone
+    from app.server.openai_api import mount
+    from app.ui.app import serve
 
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
                  pair_id=args.pair, api_key=args.api_key,
-                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc)
+                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc, api=mount)

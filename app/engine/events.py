@@ -71,7 +71,7 @@ class StepEvent:
 
 @dataclass(frozen=True)
 class DoneEvent:
-    reason: StopReason  # the loop may give the value ("eog"): it is made a StopReason here
+    reason: StopReason | str  # the loop may give the value ("eog"): __post_init__ makes it a StopReason
     stats: Summary = field(default_factory=Summary)  # Stats.summary()
     text: str = ""  # the whole generated text
     tokens: tuple = ()  # generated token ids (end-of-generation token excluded)

@@ -22,7 +22,8 @@ LIST_CHARS = 512  # the longest comma list of K or p_min values a sweep takes
 
 
 class LimitError(BadInput, ValueError):
-    """A setting outside its documented range; the message names the setting, the range and the value."""
+    """A setting outside its documented range; the message names the setting (also ``param``), the range and the
+    value."""
 
     hint = 'see the README\'s "Limits and errors" for every range'
 
@@ -93,9 +94,9 @@ def check(name: str, value: Any, range_name: str | None = None) -> Any:
     kind = "an integer" if r.integer else "a number"
     ok_type = isinstance(value, int) if r.integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type:
-        raise LimitError(f"{name} must be {kind} {r.describe()} (got {shown(value)})")
+        raise LimitError(f"{name} must be {kind} {r.describe()} (got {shown(value)})", param=name)
     if not r.contains(value):
-        raise LimitError(f"{name} must be {r.describe()} (got {shown(value)})")
+        raise LimitError(f"{name} must be {r.describe()} (got {shown(value)})", param=name)
     return value
 
 
@@ -113,7 +114,7 @@ def parse_number(name: str, text: str, range_name: str | None = None) -> Any:
         value = int(text) if r.integer else float(text)
     except (TypeError, ValueError):
         kind = "an integer" if r.integer else "a number"
-        raise LimitError(f"{name} must be {kind} {r.describe()} (got {shown(text)})") from None
+        raise LimitError(f"{name} must be {kind} {r.describe()} (got {shown(text)})", param=name) from None
     return check(name, value, range_name)
 
 

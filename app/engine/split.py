@@ -163,7 +163,7 @@ class SplitTarget(Model):
             self._proc.kill()
             self._proc.wait()
         self._conn.close()
-        self._rows = None  # type: ignore[assignment]
+        self._rows = None
         try:
             self._shm.close()
             self._shm.unlink()
@@ -177,7 +177,7 @@ def _host(conn, path: str, options: LoadOptions, shm_name: str, n_vocab: int) ->
     from multiprocessing import resource_tracker
 
     shm = shared_memory.SharedMemory(name=shm_name)
-    resource_tracker.unregister(shm._name, "shared_memory")  # the parent owns it (Python < 3.13 tracks both)
+    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]  # the parent owns it (Python < 3.13 tracks both)
     out = np.ndarray((ROWS, n_vocab), dtype=np.float32, buffer=shm.buf)
 
     def fail(exc: BaseException) -> tuple:

@@ -150,7 +150,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
         raise ValueError("the local reference needs the pair loaded on this machine as well (BenchConfig.local)")
     ref_runs = 2 if local else 1 if bcfg.reference else 0
     total, done = len(encoded) * bcfg.repeats * (2 + ref_runs), 0
-    per_prompt = []
+    per_prompt: list = []
     for prompt, tokens in encoded:
         plain_runs: list[RunResult] = []
         spec_runs: list[RunResult] = []

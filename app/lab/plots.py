@@ -24,7 +24,7 @@ PLOTS = {
 def k_positions(ks: Sequence) -> dict:
     """x position for each K: integers where they are, 'auto' one step right of the largest."""
     numeric = sorted({k for k in ks if isinstance(k, int)})
-    pos = {k: float(k) for k in numeric}
+    pos: dict = {k: float(k) for k in numeric}
     if any(k == "auto" for k in ks):
         pos["auto"] = float((numeric[-1] if numeric else 0) + 1)
     return pos
@@ -55,7 +55,7 @@ def speedup_vs_k(cells: Sequence[dict], path: Path, title: str = "") -> Path:
     fig = Figure(figsize=(7, 4.2))
     ax = fig.add_subplot()
     pos = k_positions([c["k"] for c in cells])
-    colours = {}
+    colours: dict = {}
     for i, draft in enumerate(_drafts(cells)):
         rows = sorted((c for c in cells if c["draft"] == draft and c["speedup"] is not None),
                       key=lambda c: (pos[c["k"]], c.get("p_min") or 0))

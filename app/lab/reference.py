@@ -99,7 +99,7 @@ def bare_speculative(target_path: Path | str, draft_path: Path | str, prompt: Se
     try:
         _prefill(tctx, prompt[:-1])
         _prefill(dctx, prompt[:-1])
-        tokens, out, n_draft_kv = list(prompt), [], len(prompt) - 1
+        tokens, out, n_draft_kv = list(prompt), [], len(prompt) - 1  # type: list[int], list[int], int
         t0 = time.perf_counter()
         while len(out) < n_tokens:
             kk = min(k, n_tokens - len(out) - 1)

@@ -73,7 +73,7 @@ def _is_network_error(exc: BaseException) -> bool:
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - older huggingface_hub
-        import httpx
+        import httpx  # type: ignore[no-redef]
     return isinstance(exc, (httpx.TransportError, errors.HfHubHTTPError, errors.OfflineModeIsEnabled,
                             errors.FileMetadataError, OSError))
 

@@ -179,16 +179,16 @@ def parse(buf: bytes | memoryview) -> Header:
 
 
 def read_prefix(fetch: Callable[[int, int], bytes], first: int = FIRST_READ,
-                limit: int = 1 << 30) -> tuple[Header, int]:
+                limit: int = 1 << 30) -> tuple[Header, bytes]:
     """Parse a header from a source read in growing pieces: ``fetch(start, end)`` returns bytes [start, end)
-    (fewer at the end of the file). Returns the header and the number of bytes read."""
+    (fewer at the end of the file). Returns the header and the bytes read."""
     data = bytearray()
     want = first
     while True:
         chunk = fetch(len(data), want)
         data += chunk
         try:
-            return parse(data), bytes(data)
+            return parse(data), bytes(data)  # type: ignore[arg-type]  # a bytearray reads as bytes do
         except Truncated as exc:
             if len(data) < want or exc.needed > limit:  # the source ended: the file is cut short (or corrupt)
                 raise GGUFError(f"the file ends inside its GGUF header (after {len(data)} bytes)") from None

@@ -16,7 +16,7 @@ import hmac
 import json
 import threading
 import time
-from typing import AsyncIterator, Callable, Optional
+from typing import AsyncIterator, Callable, Optional, cast
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
@@ -293,10 +293,10 @@ class OpenAIApi:
             raise schema.RequestError(self.state.load_error or "no pair is loaded yet", code="model_not_loaded",
                                       status=503, type_="server_error")
         if kind == "chat":
-            messages = schema.chat_messages(req, resolved)
+            messages = schema.chat_messages(cast(schema.ChatRequest, req), resolved)
             prompt = lambda pair: pair.chat_prompt(messages)  # noqa: E731 - the same prompt as /chat
         else:
-            text = schema.completion_text(req)
+            text = schema.completion_text(cast(schema.CompletionRequest, req))
             prompt = lambda pair: pair.completion_prompt(text)  # noqa: E731
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(256)

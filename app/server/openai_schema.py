@@ -29,7 +29,7 @@ class RequestError(BadInput, ValueError):
     def __init__(self, message: str, param: Optional[str] = None, code: Optional[str] = None, status: int = 400,
                  type_: str = "invalid_request_error"):
         super().__init__(message, param=param, status=status)
-        self.code, self.type = code, type_  # type: ignore[assignment]  # OpenAI's code may be null
+        self.code, self.type = code, type_  # OpenAI's code may be null
 
 
 class _Strict(BaseModel):
@@ -164,8 +164,7 @@ def settings_of(req: _Common, base: dict) -> dict:
     try:
         return S.resolve(chosen, base)
     except S.SettingsError as exc:
-        param = next((name for name in chosen if name in str(exc)), None)
-        raise RequestError(str(exc), param=param, code="invalid_value") from None
+        raise RequestError(str(exc), param=exc.param if exc.param in chosen else None, code="invalid_value") from None
 
 
 def chat_messages(req: ChatRequest, resolved: dict) -> list[dict]:

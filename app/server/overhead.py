@@ -28,7 +28,7 @@ from app.service.ports import ephemeral_port
 from app.service.state import AppState
 
 
-def _start_server(state: AppState) -> tuple[str, object]:
+def _start_server(state: AppState) -> tuple[str, uvicorn.Server]:
     app, _ = build(state)
     port = ephemeral_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
@@ -94,7 +94,7 @@ def through_server(state: AppState, url: str, messages: list, max_tokens: int) -
 def measure(state: AppState, url: str, rounds: int, max_tokens: int) -> dict:
     prompts = [p for p in builtin_suite() if p.messages is not None]
     resolved = S.resolve({"temperature": 0, "max_tokens": max_tokens}, S.defaults(state.defaults))
-    rows = []
+    rows: list[dict] = []
     for r in range(rounds):
         for i, p in enumerate(prompts):
             if (r + i) % 2 == 0:

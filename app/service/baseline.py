@@ -9,6 +9,7 @@ from app.lab.bench import measure
 from app.engine.loop import GenConfig
 from app.engine.sampling import SamplerSettings
 from app.service.state import AppState
+from app.service.settings import to_config
 
 PROMPT = [{"role": "user", "content": "Explain in a few paragraphs how a lighthouse keeper spent a stormy night."}]
 
@@ -47,8 +48,6 @@ def warm_up(state: AppState, tokens: int = 8) -> None:
 def measure_plain(state: AppState, messages: list[dict], resolved: dict, tokens: int) -> dict:
     """Plain decoding of a chat prompt with the reply's own sampling settings, for as many tokens as the
     reply had: the measured reference for that reply's speedup. Stored as the pair's plain speed too."""
-    from app.service.settings import to_config
-
     with state.generation_lock:
         pair = state.pair
         if pair is None:

@@ -12,23 +12,24 @@ from app import paths
 from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
 from app.lab.report import recommendation_line
 from app.service.state import AppState
+from app.models.fit import GIB
+from app.models import advice
+from app.models.fit import FITS
+from app.models.catalog import load
+from app.service.baseline import warm_up
+from app.models import hardware
 
 APPLIED = ("speculative", "proposer", "k", "p_min")
 Say = Callable[[float, str], None]
 
 
 def machine_line(machine) -> str:
-    from app.models.fit import GIB
-
     gpus = ", ".join(f"{g.description or g.name} ({g.free / GIB:.1f} GiB free)" for g in machine.gpus) or "no GPU"
     return (f"{machine.cpu_cores} CPU cores, {machine.ram_available / GIB:.1f} GiB RAM available, {gpus}")
 
 
 def _fitting(machine) -> list[dict]:
     """Installed catalog pairs that run here (not known to be incompatible), best first per advice."""
-    from app.models import advice
-    from app.models.fit import FITS
-
     rows = [r for r in advice.label_pairs(machine=machine)
             if r["installed"] and r["fit"] in FITS[:3] and r.get("compatible") is not False]
     best = advice.recommend(rows, uses=("chat",)).get("chat")
@@ -36,8 +37,6 @@ def _fitting(machine) -> list[dict]:
 
 
 def _files(pair_id: str) -> tuple[Path, Path]:
-    from app.models.catalog import load
-
     cat = load()
     entry = cat.pairs[pair_id]
     return (paths.models_dir() / cat.models[entry.target].file, paths.models_dir() / cat.models[entry.draft].file)
@@ -45,14 +44,12 @@ def _files(pair_id: str) -> tuple[Path, Path]:
 
 def ensure_pair(state: AppState, machine, say: Say) -> str:
     """Load a fitting installed pair if none is loaded, or a draft for a target that has none."""
-    from app.service.baseline import warm_up
-
     if state.pair is not None and state.pair.draft is not None:
         return f"Kept the loaded pair ({Path(state.target_path or '').name} ← {Path(state.draft_path or '').name})."
     rows = _fitting(machine)
     if state.pair is not None:  # a target without a draft: find an installed catalog draft for it
-        target = Path(state.target_path or "").name
-        rows = [r for r in rows if _files(r["pair"])[0].name == target]
+        loaded = Path(state.target_path or "").name
+        rows = [r for r in rows if _files(r["pair"])[0].name == loaded]
         if not rows:
             return "No installed draft model matches the loaded target, so only prompt lookup can speculate."
     if not rows:
@@ -81,8 +78,6 @@ def use_draft(state: AppState, settings: dict) -> str:
 def make_faster(state: AppState, say: Optional[Say] = None, cancel: Optional[threading.Event] = None,
                 request: Optional[LabRequest] = None) -> tuple[str, dict]:
     """(what was done, the settings for the open Chat: speculative, proposer, k, p_min)."""
-    from app.models import hardware
-
     say = say or (lambda f, d: None)
     say(0.0, "detecting the hardware")
     machine = hardware.detect()

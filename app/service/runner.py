@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Generator, Optional, Sequence
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig
@@ -104,7 +104,7 @@ PromptFn = Callable[[Pair], Sequence[int]]
 
 
 def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threading.Event,
-           interval: float = 0.1) -> Iterator[tuple[str, list[Live]]]:
+           interval: float = 0.1) -> Generator[tuple[str, list[Live]], None, None]:
     """Yield (status, lives) while the jobs run one after another under the generation lock.
 
     status is "waiting" (another generation holds the pair), "running" or "done". Errors (prompt past the
@@ -129,7 +129,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     q.put((_START, i, time.perf_counter()))
                     for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
                         q.put((ev, i, time.perf_counter()))
-                        if getattr(ev, "draft_token", None) is not None:  # decoded here: piece() is not thread-safe
+                        if isinstance(ev, TokenEvent) and ev.draft_token is not None:  # here: piece() is not thread-safe
                             q.put((DraftText(ev.index, _text(pair, ev.draft_token)), i, time.perf_counter()))
                         if isinstance(ev, DoneEvent):
                             _notify(state, ev, job.cfg)

@@ -60,7 +60,7 @@ def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, A
     unknown = sorted(k for k in settings if ALIASES.get(k, k) not in DEFAULTS)
     if unknown:
         raise SettingsError(f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
-                            f"(known: {', '.join(DEFAULTS)})")
+                            f"(known: {', '.join(DEFAULTS)})", param=unknown[0])
     out = dict(base) if base is not None else defaults()
     for key, value in settings.items():
         out[ALIASES.get(key, key)] = value
@@ -70,7 +70,7 @@ def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, A
         for key in FLOATS:
             out[key] = _float(out[key], key)
     except (TypeError, ValueError) as exc:
-        raise SettingsError(str(exc)) from None
+        raise SettingsError(str(exc), param=key) from None
     out["speculative"] = _bool(out["speculative"])
     k = out["k"]
     if isinstance(k, str) and k.strip().lower() == "auto":
@@ -79,16 +79,16 @@ def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, A
         try:
             out["k"] = _int(k, "k")
         except ValueError:
-            raise SettingsError(f"k must be a positive integer or 'auto', not {limits.shown(k)}") from None
+            raise SettingsError(f"k must be a positive integer or 'auto', not {limits.shown(k)}", param="k") from None
     seed = out["seed"]
     try:
         out["seed"] = None if seed in (None, "", -1, "-1") else _int(seed, "seed")
         limits.check_settings(out)  # every range, named as the user wrote it
     except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+        raise SettingsError(str(exc), param=getattr(exc, "param", None) or "seed") from None
     out["proposer"] = str(out["proposer"]).strip().lower()
     if out["system"] is not None and not isinstance(out["system"], str):
-        raise SettingsError(f"system must be a string, not {type(out['system']).__name__}")
+        raise SettingsError(f"system must be a string, not {type(out['system']).__name__}", param="system")
     out["system"] = out["system"] or ""
     to_config(out)  # the engine's own check
     return out
@@ -104,7 +104,7 @@ def to_config(s: Mapping[str, Any], speculative: Optional[bool] = None) -> GenCo
     try:
         return cfg.validate()
     except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+        raise SettingsError(str(exc), param=getattr(exc, "param", None)) from None
 
 
 def _int(value: Any, name: str) -> int:
@@ -135,5 +135,5 @@ def _bool(value: Any) -> bool:
             return True
         if value.strip().lower() in ("off", "false", "no", "0"):
             return False
-        raise SettingsError(f"speculative must be on/off (true/false), not {value!r}")
+        raise SettingsError(f"speculative must be on/off (true/false), not {value!r}", param="speculative")
     return bool(value)

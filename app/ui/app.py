@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Any, Callable, Optional
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and private: no telemetry calls
 
 import gradio as gr  # noqa: E402
 
 from app.engine.rpc import LOOPBACK  # noqa: E402
-from app.server.openai_api import mount  # noqa: E402
 from app.ui import api, panel  # noqa: E402
 from app.ui.tabs import bench, chat, compare, models, pair  # noqa: E402
 from app.service.ports import free_port  # noqa: E402
@@ -79,7 +78,7 @@ def _raw_text(label: str) -> gr.Textbox:
     list into a string, and the API must answer such a message with an error, not a reply. (An instance
     override: a subclass of a Gradio component would write a .pyi file next to this module.)"""
     box = gr.Textbox(label=label)
-    box.preprocess = lambda payload: payload
+    box.preprocess = lambda payload: payload  # type: ignore[method-assign]
     return box
 
 
@@ -110,8 +109,12 @@ def _api_endpoints(state: AppState) -> None:
     compare_btn.click(compare, [prompt, settings, runs], [compare_out], api_name="compare", **GEN)
 
 
-def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optional[str]) -> None:
-    """The OpenAI-compatible API and /metrics on the UI's own server (same pair, same generation queue)."""
+Mount = Callable[[Any, AppState, Optional[str]], Any]  # (the server's FastAPI app, state, API key): the API routes
+
+
+def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optional[str], mount: Mount) -> None:
+    """The OpenAI-compatible API and /metrics on the UI's own server (same pair, same generation queue): the
+    routes are ``app.server``'s, handed in by the command line (the UI never imports the server)."""
     if host not in LOOPBACK and not api_key:
         say("the OpenAI-compatible API (/v1) is off: beyond loopback it needs --api-key KEY")
         return
@@ -121,7 +124,7 @@ def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optio
 
 def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, auth: Optional[str] = None,
           pair_id: Optional[str] = None, api_key: Optional[str] = None,
-          gpu_layers: tuple = ("auto", "auto"), rpc: tuple = ()) -> int:
+          gpu_layers: tuple = ("auto", "auto"), rpc: tuple = (), api: Optional[Mount] = None) -> int:
     credentials = None
     if auth:
         user, sep, password = auth.partition(":")
@@ -145,7 +148,8 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
         demo.launch(server_name=host, server_port=chosen, inbrowser=open_browser, auth=credentials,
                     share=False, show_error=True, quiet=True, theme=theme(), css=panel.CSS, head=panel.HEAD,
                     footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False, prevent_thread_lock=True)
-        mount_openai_api(demo, state, host, api_key)
+        if api is not None:
+            mount_openai_api(demo, state, host, api_key, api)
         demo.block_thread()
     finally:
         state.unload()

@@ -14,7 +14,7 @@ from app.service.state import AppState
 K_CHOICES = ["auto"] + [str(k) for k in range(1, DEFAULT_K_MAX + 1)]
 TUNED = ("speculative", "proposer", "k", "p_min")  # what a Pair lab recommendation sets
 
-GEN = dict(concurrency_id="generation", concurrency_limit=1)  # Gradio queue: one generation at a time
+GEN: dict[str, Any] = dict(concurrency_id="generation", concurrency_limit=1)  # Gradio queue: one at a time
 
 
 @dataclass

@@ -18,7 +18,7 @@ from app.ui.style import CSS, HEAD  # noqa: F401  (re-exported: the app serves t
 
 _fmt = functools.partial(fmt, none="–")  # the UI's dash
 
-KIND_LABELS = {
+KIND_LABELS: dict[str, tuple[str, str, str]] = {
     TokenKind.ACCEPTED: ("accepted draft", "drafted by the draft model and verified by the target", "green tint"),
     TokenKind.CORRECTED: ("target-corrected", "the target's own token where it rejected the draft; click it to see what "
                                       "the draft proposed", "red tint, wavy underline"),
@@ -169,8 +169,9 @@ def status_html(message: str, kind: str = "info") -> str:
 
 
 def reason_text(reason: Optional[str]) -> str:
-    return {StopReason.EOG: "finished", StopReason.MAX_TOKENS: "reached max tokens", StopReason.STOPPED: "stopped",
-            StopReason.CONTEXT: "context full"}.get(reason or "", reason or "")
+    texts: dict[str, str] = {StopReason.EOG: "finished", StopReason.MAX_TOKENS: "reached max tokens",
+                             StopReason.STOPPED: "stopped", StopReason.CONTEXT: "context full"}
+    return texts.get(reason or "", reason or "")
 
 
 def compare_row_html(result: dict) -> str:

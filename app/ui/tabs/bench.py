@@ -20,6 +20,8 @@ from app.service.faster import use_draft
 from app.ui.panel import _fmt as _f
 from app.ui.controls import GEN
 from app.service.state import session_key
+from app.lab.lab import discover
+from app.engine import limits
 
 CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
 RUN_HEADERS = ["id", "when", "pair", "status", "kind", "best"]
@@ -226,8 +228,6 @@ def build(state):
     def list_drafts():
         if state.pair is None:
             return "No pair is loaded."
-        from app.lab.lab import discover
-
         skipped: list = []
         found = discover(state.pair, lambda name, why: skipped.append(f"- {name}: {why}"))
         lines = ["Candidates: " + ", ".join([c.id for c in found] + ["lookup"])]
@@ -284,8 +284,6 @@ def build(state):
 
 def _count(value) -> Optional[int]:
     """Tokens per run from the form: None (the default) when empty or 0, else a checked whole number."""
-    from app.engine import limits
-
     return None if value in (None, "", 0) else limits.form_int("max_tokens", value)
 
 

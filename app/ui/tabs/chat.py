@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import gradio as gr
 
@@ -19,6 +19,8 @@ from app.service.chatqueue import Sessions
 from app.errors import ui_message
 from app.ui.controls import GEN
 from app.service.state import AppState, session_key
+from app.service.baseline import measure_baseline, measure_plain
+from app.service.faster import make_faster
 
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
 EMPTY = "Ask something. Each reply is coloured by where its tokens came from; click a red one to see what " \
@@ -26,7 +28,7 @@ EMPTY = "Ask something. Each reply is coloured by where its tokens came from; cl
 QUEUED = "Queued: your message is sent when the current reply finishes."
 
 
-def display(history: list[dict], live: dict | None = None, queued: list[str] = ()) -> str:
+def display(history: list[dict], live: dict | None = None, queued: Sequence[str] = ()) -> str:
     """The conversation as HTML: stored messages, the reply streaming now, then the queued messages."""
     msgs = list(history) + ([live] if live else []) + [{"role": "user", "content": t, "queued": True}
                                                         for t in queued]
@@ -233,8 +235,6 @@ def build(state: AppState) -> ChatView:
         return display([]), idle_counters(state), "", {}, ""
 
     def do_measure(request: gr.Request, last_run: dict):
-        from app.service.baseline import measure_baseline, measure_plain
-
         key, keep = session_key(request), gr.update()
         if sessions.active(key):
             return keep, keep, panel.status_html("Wait for the reply to finish first.", "info"), keep
@@ -258,8 +258,6 @@ def build(state: AppState) -> ChatView:
         return display(hist), view, panel.status_html(msg, "ok"), last_run
 
     def do_faster(progress=gr.Progress()):
-        from app.service.faster import make_faster
-
         try:
             message, settings = make_faster(state, lambda f, d: progress(f, desc=d))
         except Exception as exc:
@@ -267,7 +265,7 @@ def build(state: AppState) -> ChatView:
                     *[gr.update()] * len(ctrl.components))
         return panel.status_html(message, "ok"), *ctrl.apply(settings)
 
-    private = dict(api_visibility="private")
+    private: dict[str, Any] = dict(api_visibility="private")
     reply_loop = dict(fn=respond, inputs=None, outputs=[conversation, counters, status, last, box],
                       show_progress="hidden", trigger_mode="multiple", **private, **GEN)
     for trigger in (send.click, box.submit):

@@ -5,12 +5,23 @@ and a hardware summary. All logic is in ``app.models``."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from app.service.files import FileRefused, allowed_file, model_ref
+from app.ui.files import FileRefused, allowed_file, model_ref
 from app.service.state import AppState, backend_name, session_key
+from app.models import library
+from app.models import advice, hardware
+from app.models.fit import Settings
+from app.models.catalog import load
+from app.models.provision import ensure_model, ensure_pair
+from app.models import download
+from app.models.compat import CompatError, check_pair
+from app.models.derive import DeriveError, derive_draft
+from app.models.fileops import DiskFullError
+from app.models.ggufheader import GGUFError
 
 INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
 PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "≈ tok/s here (plain)", "compatible",
@@ -20,10 +31,6 @@ DETECT, NO_GPU = "detected", "none (CPU only)"
 
 def _model_choices() -> list[tuple[str, str]]:
     """Installed models for the dropdowns: shown by file name (as in Pair settings), valued by id."""
-    from pathlib import Path
-
-    from app.models import library
-
     return [(f"{Path(r['path']).name} ({r['id']})", r["id"]) for r in library.installed(with_meta=False)]
 
 
@@ -62,8 +69,6 @@ def _speed(row: dict, ref) -> float | None:
 
 
 def _installed_rows() -> list[list[Any]]:
-    from app.models import library
-
     rows = []
     for rec in library.installed():
         m = rec.get("meta") or {}
@@ -74,9 +79,6 @@ def _installed_rows() -> list[list[Any]]:
 
 
 def _pair_rows(vram: float | None, ram: float | None, ctx: int, ref=None) -> tuple[list[list[Any]], str, str]:
-    from app.models import advice, hardware
-    from app.models.fit import Settings
-
     machine = hardware.override(hardware.detect(), vram, ram)
     rows = advice.label_pairs(machine=machine, settings=Settings(ctx=int(ctx or 4096)))
     best = advice.recommend(rows)
@@ -114,8 +116,6 @@ def _pace(tps: float | None) -> str:
 
 def build(state: AppState) -> None:
     """Build the tab inside an open ``gr.Tab`` context."""
-    from app.models.catalog import load
-
     cat = load()
     hub_models = [m.id for m in cat.models.values() if m.repo]
     cancels: dict[str, threading.Event] = {}  # per browser session: the download in progress
@@ -182,8 +182,6 @@ def build(state: AppState) -> None:
         return table, hw, rec
 
     def do_delete(mid):
-        from app.models import library
-
         try:
             msg = library.delete(model_ref(mid))
         except (library.LibraryError, FileRefused) as exc:
@@ -191,8 +189,6 @@ def build(state: AppState) -> None:
         return msg, _installed_rows()
 
     def do_import(path, upload):
-        from app.models import library
-
         src = upload if upload else str(path or "").strip()
         if not src:
             return "error: give a path or upload a .gguf", _installed_rows()
@@ -219,8 +215,6 @@ def build(state: AppState) -> None:
             cancels.pop(key, None)
 
     def do_get(choice, request: gr.Request, progress=gr.Progress()):
-        from app.models.provision import ensure_model, ensure_pair
-
         def fetch(report, event) -> str:
             cat = load()
             if choice in cat.pairs:
@@ -233,8 +227,6 @@ def build(state: AppState) -> None:
         return fetching(request, progress, fetch)
 
     def do_pull(choice, repo_v, file_v, request: gr.Request, progress=gr.Progress()):
-        from app.models import download
-
         def fetch(report, event) -> str:
             if repo_v and file_v:
                 return f"installed {download.pull(repo_v.strip(), file_v.strip(), progress=report, cancel=event)}"
@@ -252,8 +244,6 @@ def build(state: AppState) -> None:
         return "no download in progress"
 
     def do_check(t, d):
-        from app.models.compat import CompatError, check_pair
-
         try:
             v = check_pair(model_ref(t), model_ref(d))
         except (CompatError, FileRefused) as exc:
@@ -266,10 +256,6 @@ def build(state: AppState) -> None:
         return f"{head}: {v.reason}", data
 
     def do_derive(mid, q, progress=gr.Progress()):
-        from app.models.derive import DeriveError, derive_draft
-        from app.models.fileops import DiskFullError
-        from app.models.ggufheader import GGUFError
-
         def report(done: int, total: int) -> None:
             progress(done / total if total else 0, desc="quantizing")
 

@@ -21,6 +21,7 @@ from app.service.baseline import warm_up
 from app.service.loading import PairOptions, load_into
 from app.errors import ui_message
 from app.service.state import AppState, backend_name
+from app.engine import rpc
 
 NO_DRAFT = "(none: prompt lookup only)"
 CTX_CHOICES = [512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -29,8 +30,6 @@ NGL_CHOICES = ["auto", "all", "0"]
 
 def workers_html(text: str) -> str:
     """What each RPC worker in ``text`` lends (devices, free memory), or why it cannot be used."""
-    from app.engine import rpc
-
     try:
         endpoints = rpc.parse_endpoints(text or "")
         if not endpoints:
@@ -101,9 +100,9 @@ def info_html(state: AppState) -> str:
                                             f"weights {m['size_bytes'] / 2**20:.0f} MiB · GPU layers: {gpu}"))
         else:
             rows.append((role.capitalize(), "none"))
-    gpu = offload.gpu_report(state.pair.target, state.pair.draft, state.gpu_choice)
-    rows += [("GPU", gpu["decision"] or f"loaded with {state.target_options.n_gpu_layers} target layers asked")]
-    rows += [("Placed", line) for line in offload.report_lines(gpu)]
+    report = offload.gpu_report(state.pair.target, state.pair.draft, state.gpu_choice)
+    rows += [("GPU", report["decision"] or f"loaded with {state.target_options.n_gpu_layers} target layers asked")]
+    rows += [("Placed", line) for line in offload.report_lines(report)]
     rows += [("RPC worker", line) for line in getattr(state.gpu_choice, "workers", ())]
     body = "".join(f"<tr><td><b>{panel.esc(k)}</b></td><td>{panel.esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="tdm-pairinfo">{body}</table>'

@@ -139,7 +139,7 @@ def test_gpu_check_script_fails_clearly_without_a_gpu(tmp_path):
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")  # a driver tool that lists no device
@@ -155,7 +155,7 @@ def test_gpu_summary_tables_what_the_script_wrote(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("gpu_summary", Path(__file__).resolve().parents[1] / "scripts"
+    spec = importlib.util.spec_from_file_location("gpu_summary", Path(__file__).resolve().parents[2] / "scripts"
                                                   / "gpu_summary.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from ui_server import ARTIFACTS, app_url
+from support.ui_server import ARTIFACTS, app_url
 
 pytestmark = pytest.mark.browser
 

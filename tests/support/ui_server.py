@@ -16,7 +16,7 @@ from pathlib import Path
 from app.testing import gpu_layers, test_home
 from app.service.ports import ephemeral_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 _server: dict = {}
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.engine.errors import BadInput
+from gradio.utils import get_upload_folder
+
 from app import paths
+from app.models import library
+from app.models.catalog import load
 
 REFUSED = ("no such model here: give an installed model id, a catalog id, a .gguf inside Tandem's data folder, "
            "or upload the file")
@@ -20,8 +24,6 @@ class FileRefused(BadInput, ValueError):
 
 def roots() -> list[Path]:
     """The folders a client may name files in: the data directory and Gradio's upload folder."""
-    from gradio.utils import get_upload_folder
-
     return [paths.home().resolve(), Path(get_upload_folder()).resolve()]
 
 
@@ -43,9 +45,6 @@ def allowed_file(ref: str) -> Path:
 
 def model_ref(ref: str) -> str:
     """A model reference from a client: an installed or catalog id as it is, a path only if allowed."""
-    from app.models import library
-    from app.models.catalog import load
-
     ref = str(ref or "").strip()
     if not ref:
         raise FileRefused("give a model id, or upload the file")

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from app.service.ports import ephemeral_port
-from ui_server import ARTIFACTS, ROOT, _stop, app_url
+from support.ui_server import ARTIFACTS, ROOT, _stop, app_url
 
 openai = pytest.importorskip("openai")
 gradio_client = pytest.importorskip("gradio_client")

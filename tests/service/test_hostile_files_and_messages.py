@@ -1,4 +1,4 @@
-"""Hostile input, part 2: half models, file probing through the API, forged chat turns, bad messages, and an
+"""Hostile input: half models, file probing through the API, forged chat turns, bad messages, and an
 honest compatibility warning. Real parts: the demo models, real llama.cpp, the real app over gradio_client."""
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def test_the_demo_pair_gets_no_false_no_speedup_warning(home, smol_paths):
 # --- the API reads only the data folder and uploads ------------------------------------------------------
 
 def test_allowed_files_are_the_data_folder_and_uploads(home, tmp_path):
-    from app.service.files import REFUSED, FileRefused, allowed_file
+    from app.ui.files import REFUSED, FileRefused, allowed_file
 
     inside = home / "models" / "m.gguf"
     inside.parent.mkdir(parents=True)
@@ -168,9 +168,9 @@ def test_allowed_files_are_the_data_folder_and_uploads(home, tmp_path):
 
 def test_the_models_api_cannot_probe_files(tmp_path, smol_paths):
     gradio_client = pytest.importorskip("gradio_client")
-    from ui_server import app_url
+    from support.ui_server import app_url
 
-    from app.service.files import REFUSED
+    from app.ui.files import REFUSED
 
     client = gradio_client.Client(app_url(), verbose=False)
     answers = set()
@@ -187,7 +187,7 @@ def test_the_models_api_cannot_probe_files(tmp_path, smol_paths):
 
 def test_the_chat_api_refuses_empty_and_non_string_messages():
     gradio_client = pytest.importorskip("gradio_client")
-    from ui_server import app_url
+    from support.ui_server import app_url
 
     client = gradio_client.Client(app_url(), verbose=False)
     for message, words in (("", "empty"), (42, "must be a string")):

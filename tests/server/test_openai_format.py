@@ -1,10 +1,8 @@
-"""The API's pure parts: stop strings while streaming, the statistics conventions, the FIFO generation lock,
-and request validation (no server, no model)."""
+"""The API's pure parts: stop strings while streaming, the statistics conventions and request validation (no
+server, no model)."""
 
 from __future__ import annotations
 
-import threading
-import time
 
 import pytest
 
@@ -12,7 +10,6 @@ from app.engine.summary import Summary
 from app.server import openai_format as F
 from app.server import openai_schema as schema
 from app.service import settings as S
-from app.service.fifo import FifoLock
 
 
 def test_stop_strings_are_held_back_until_they_cannot_match():
@@ -71,25 +68,3 @@ def test_requests_map_to_the_chat_settings():
         with pytest.raises(schema.RequestError) as err:
             schema.settings_of(schema.parse(schema.CompletionRequest, body), S.defaults())
         assert err.value.param == param and err.value.status == 400
-
-
-def test_fifo_lock_serves_waiters_in_order():
-    lock, order = FifoLock(), []
-    lock.acquire()
-
-    def waiter(i: int) -> None:
-        with lock:
-            order.append(i)
-
-    threads = []
-    for i in range(5):
-        threads.append(threading.Thread(target=waiter, args=(i,)))
-        threads[-1].start()
-        while lock.waiting < i + 1:  # queued before the next one starts
-            time.sleep(0.001)
-    assert not lock.acquire(blocking=False) and not lock.acquire(timeout=0.01)
-    assert lock.waiting == 5
-    lock.release()
-    for t in threads:
-        t.join(5)
-    assert order == [0, 1, 2, 3, 4] and not lock.locked() and lock.waiting == 0

@@ -1,4 +1,4 @@
-"""Hostile input, part 1: bounded settings at every door, and the command line's one error path.
+"""Bounded settings at every door (UI, API, command line), and the command line's one error path.
 
 Settings that once grew the process without bound are sent from a child process whose address space is capped
 (RLIMIT_AS), so a regression fails the test with a MemoryError instead of taking the machine down."""
@@ -19,7 +19,7 @@ import pytest
 from app.engine.loop import GenConfig
 from app.service import settings as S
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAP = 4 << 30  # bytes of address space for a capped child: plenty for the demo pair, far from a billion Ks
 
 

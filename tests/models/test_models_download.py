@@ -1,4 +1,4 @@
-"""Hub downloads and header-only checks against a local Hub (tests/hubserver.py) with real GGUF files."""
+"""Hub downloads and header-only checks against a local Hub (tests/support/hubserver.py) with real GGUF files."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from app.models.catalog import Catalog, ModelEntry
 from app.models.download import Cancelled, DownloadError
 from app.models.fileops import ChecksumError
 
-from hubserver import HubServer
+from support.hubserver import HubServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPO = "tandem-test/smollm2-gguf"
 
 

@@ -195,7 +195,7 @@ def test_models_pull_of_an_unknown_id_says_what_it_accepts(capsys):
 
 def test_the_models_tab_offers_pypi_pairs_and_its_get_button_installs_them():
     gradio_client = pytest.importorskip("gradio_client")
-    from ui_server import app_url
+    from support.ui_server import app_url
 
     from app.ui.tabs.models import _pypi_choices
 

@@ -1,4 +1,4 @@
-"""The decode loop's invariants on a numpy fake target (tests/fake_target.py): no model files, milliseconds.
+"""The decode loop's invariants on a numpy fake target (tests/support/fake_target.py): no model files, milliseconds.
 
 Rollback keeps the KV cache at ``tokens[:-1]``, a stop switch ends within one step, the context and EOG stop
 reasons, the provenance of each token for a scripted draft, and greedy speculative == plain."""
@@ -16,7 +16,7 @@ from app.engine.loop import GenConfig, generate
 from app.engine.proposers import Draft
 from app.engine.sampling import SamplerSettings
 
-from fake_target import FakeTarget
+from support.fake_target import FakeTarget
 
 GREEDY = SamplerSettings(temperature=0.0)
 PROMPT = [1, 2, 3]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ui_server import app_url
+from support.ui_server import app_url
 
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -141,7 +141,7 @@ def test_non_loopback_host_needs_auth():
     import subprocess
     import sys
 
-    from ui_server import ROOT
+    from support.ui_server import ROOT
 
     run = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "--host", "0.0.0.0", "--no-browser"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)

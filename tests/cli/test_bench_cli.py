@@ -13,7 +13,7 @@ import pytest
 from app.lab.bench import PromptFileError, builtin_suite, load_prompts
 from app.models import fileops
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def launcher(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

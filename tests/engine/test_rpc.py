@@ -23,7 +23,7 @@ from app.engine.loop import GenConfig, generate, run
 from app.engine.pair import Pair
 from app.models import fit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "The three primary colours are"
 GEN = 24
 
