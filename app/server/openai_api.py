@@ -24,8 +24,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.engine.summary import Summary
 from app.errors import api_error, ui_message
-from app.server import openai_format as F
-from app.server import openai_schema as schema
+from app.server import openai_format as F, openai_schema as schema
 from app.service import settings as S
 from app.service.metrics import CONTENT_TYPE, Metrics
 from app.service.runner import Job, Live, stream

@@ -14,8 +14,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.engine.errors import BadInput
-from app.service import chat
-from app.service import settings as S
+from app.service import chat, settings as S
 
 Number = Union[StrictInt, float]
 SETTING_FIELDS = ("temperature", "top_p", "seed", "speculative", "proposer", "k", "k_max", "p_min", "rule",

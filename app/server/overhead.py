@@ -19,10 +19,10 @@ from typing import Optional
 
 import uvicorn
 
-from app.lab.bench import builtin_suite
 from app.engine.loop import run as run_engine
-from app.service import settings as S
+from app.lab.bench import builtin_suite
 from app.server.serve import build
+from app.service import settings as S
 from app.service.loading import app_state, say, startup_pair
 from app.service.ports import ephemeral_port
 from app.service.state import AppState

@@ -12,8 +12,8 @@ from typing import Optional
 from fastapi import FastAPI
 
 from app.engine.rpc import LOOPBACK
-from app.service.loading import app_state, say, startup_pair
 from app.server.openai_api import OpenAIApi, mount
+from app.service.loading import app_state, say, startup_pair
 from app.service.ports import port_is_free
 from app.service.state import AppState
 

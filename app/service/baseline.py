@@ -5,11 +5,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from app.lab.bench import measure
 from app.engine.loop import GenConfig
 from app.engine.sampling import SamplerSettings
-from app.service.state import AppState
+from app.lab.bench import measure
 from app.service.settings import to_config
+from app.service.state import AppState
 
 PROMPT = [{"role": "user", "content": "Explain in a few paragraphs how a lighthouse keeper spent a stormy night."}]
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterator, Optional, Sequence
 
-from app.service import settings as S
-from app.service import speedup
+from app.service import settings as S, speedup
 from app.service.runner import Job, Live, stream
 from app.service.state import AppState
 

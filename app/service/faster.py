@@ -11,13 +11,11 @@ from typing import Callable, Optional
 from app import paths
 from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
 from app.lab.report import recommendation_line
-from app.service.state import AppState
-from app.models.fit import GIB
-from app.models import advice
-from app.models.fit import FITS
+from app.models import advice, hardware
 from app.models.catalog import load
+from app.models.fit import FITS, GIB
 from app.service.baseline import warm_up
-from app.models import hardware
+from app.service.state import AppState
 
 APPLIED = ("speculative", "proposer", "k", "p_min")
 Say = Callable[[float, str], None]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from app.engine.errors import BadInput
 from app.engine import limits
+from app.engine.errors import BadInput
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.sampling import SamplerSettings
 

@@ -15,12 +15,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and privat
 import gradio as gr  # noqa: E402
 
 from app.engine.rpc import LOOPBACK  # noqa: E402
-from app.ui import api, panel  # noqa: E402
-from app.ui.tabs import bench, chat, compare, models, pair  # noqa: E402
-from app.service.ports import free_port  # noqa: E402
 from app.service.loading import app_state, say, startup_pair  # noqa: E402
+from app.service.ports import free_port  # noqa: E402
 from app.service.state import AppState, backend_name, session_key  # noqa: E402
+from app.ui import api, panel  # noqa: E402
 from app.ui.controls import GEN  # noqa: E402
+from app.ui.tabs import bench, chat, compare, models, pair  # noqa: E402
 
 def theme() -> gr.themes.Base:
     system = ["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"]

@@ -11,17 +11,16 @@ from typing import Optional
 
 import gradio as gr
 
+from app.engine import limits
 from app.lab.bench import CATEGORIES
 from app.lab.history import History
-from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
+from app.lab.lab import LabRequest, discover, plan, run_lab, tuned_settings
 from app.lab.report import compare_markdown, k_label, recommendation_line
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
-from app.ui.panel import _fmt as _f
-from app.ui.controls import GEN
 from app.service.state import session_key
-from app.lab.lab import discover
-from app.engine import limits
+from app.ui.controls import GEN
+from app.ui.panel import _fmt as _f
 
 CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
 RUN_HEADERS = ["id", "when", "pair", "status", "kind", "best"]

@@ -11,16 +11,14 @@ from typing import Any, Sequence
 import gradio as gr
 
 from app.engine.events import KINDS, StopReason
-from app.ui import controls, panel, reply
-from app.service import speedup
-from app.service import chat
-from app.service import settings as S
-from app.service.chatqueue import Sessions
 from app.errors import ui_message
-from app.ui.controls import GEN
-from app.service.state import AppState, session_key
+from app.service import chat, settings as S, speedup
 from app.service.baseline import measure_baseline, measure_plain
+from app.service.chatqueue import Sessions
 from app.service.faster import make_faster
+from app.service.state import AppState, session_key
+from app.ui import controls, panel, reply
+from app.ui.controls import GEN
 
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
 EMPTY = "Ask something. Each reply is coloured by where its tokens came from; click a red one to see what " \

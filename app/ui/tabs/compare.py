@@ -7,14 +7,12 @@ import re
 
 import gradio as gr
 
-from app.ui import controls, panel, race
-from app.service import speedup
-from app.service import chat
-from app.service import settings as S
-from app.ui.tabs.chat import WAITING
 from app.errors import ui_message
-from app.ui.controls import GEN
+from app.service import chat, settings as S, speedup
 from app.service.state import AppState, session_key
+from app.ui import controls, panel, race
+from app.ui.controls import GEN
+from app.ui.tabs.chat import WAITING
 
 EXAMPLES = [
     "Write a Python function that checks whether a string is a palindrome.",

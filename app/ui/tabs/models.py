@@ -10,18 +10,16 @@ from typing import Any
 
 import gradio as gr
 
-from app.ui.files import FileRefused, allowed_file, model_ref
-from app.service.state import AppState, backend_name, session_key
-from app.models import library
-from app.models import advice, hardware
-from app.models.fit import Settings
+from app.models import advice, download, hardware, library
 from app.models.catalog import load
-from app.models.provision import ensure_model, ensure_pair
-from app.models import download
 from app.models.compat import CompatError, check_pair
 from app.models.derive import DeriveError, derive_draft
 from app.models.fileops import DiskFullError
+from app.models.fit import Settings
 from app.models.ggufheader import GGUFError
+from app.models.provision import ensure_model, ensure_pair
+from app.service.state import AppState, backend_name, session_key
+from app.ui.files import FileRefused, allowed_file, model_ref
 
 INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
 PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "≈ tok/s here (plain)", "compatible",

@@ -10,18 +10,16 @@ from typing import Optional
 import gradio as gr
 
 from app import paths
-from app.models import offload
-from app.engine import limits
+from app.engine import limits, rpc
 from app.engine.backend import LoadOptions
 from app.engine.vocab import VocabInfo, check
-from app.models import library, meta
+from app.errors import ui_message
+from app.models import library, meta, offload
 from app.models.catalog import load as load_catalog
-from app.ui import panel
 from app.service.baseline import warm_up
 from app.service.loading import PairOptions, load_into
-from app.errors import ui_message
 from app.service.state import AppState, backend_name
-from app.engine import rpc
+from app.ui import panel
 
 NO_DRAFT = "(none: prompt lookup only)"
 CTX_CHOICES = [512, 1024, 2048, 4096, 8192, 16384, 32768]
