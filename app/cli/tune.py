@@ -17,6 +17,7 @@ from app.lab.bench import PromptFileError
 from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab
 from app.lab.report import compare_markdown, k_label, recommendation_line
+from app.lab.result import SweepResult
 from app.lab.tune import parse_ks
 from app.lab.tuned import describe_machine, machine_info
 from app.models.provision import ensure_pair
@@ -110,32 +111,32 @@ def _sweep(args: argparse.Namespace) -> int:
         finally:
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGINT, previous)
-    result["gpu"] = gpu
+    result.stamp(gpu=gpu)
     print(file=sys.stderr)
     print(format_cells(result))
     print()
     print(format_recommendations(result))
-    for skip in result.get("skipped", []):
+    for skip in result.skipped:
         print(f"[tune] skipped prompt {skip['id']}: {skip['error']}")
-    if result["status"] == "failed":
-        print(f"[tune] history run #{result['run_id']} stored as failed", file=sys.stderr)
-        fail(f"no draft could be measured ({'; '.join(e['draft'] for e in result['errors']) or 'none'}) — see the "
+    if result.status == "failed":
+        print(f"[tune] history run #{result.run_id} stored as failed", file=sys.stderr)
+        fail(f"no draft could be measured ({'; '.join(e['draft'] for e in result.errors) or 'none'}) — see the "
              "failed rows above; check the files with `python launcher.py models check`")
-    if result["partial"]:
-        print(f"[tune] cancelled: partial result ({result['runs_done']}/{result['runs_total']} runs), "
+    if result.partial:
+        print(f"[tune] cancelled: partial result ({result.runs_done}/{result.runs_total} runs), "
               "stored as partial; defaults unchanged")
-    elif result.get("tuned"):
+    elif result.tuned:
         print(f"[tune] saved as this machine's defaults for {entry.id} (Chat and Compare)")
     elif args.quick:
         print("[tune] a quick sweep does not change this machine's defaults; run without --quick to save them")
-    files = result["files"]
-    print(f"[tune] history run #{result['run_id']}; plots {Path(files['speedup_vs_k']).parent}/*.png, "
+    files = result.files
+    print(f"[tune] history run #{result.run_id}; plots {Path(files['speedup_vs_k']).parent}/*.png, "
           f"CSV {files['csv']}, report {files['report']}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        Path(args.json_out).write_text(json.dumps(result.to_dict(), indent=2))
         print(f"[tune] wrote {args.json_out}")
-    print(f"[tune] reproduce: {result['command']}")
-    return 130 if result["partial"] else 0
+    print(f"[tune] reproduce: {result.command}")
+    return 130 if result.partial else 0
 
 
 def _progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
@@ -148,30 +149,30 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def format_cells(r: dict) -> str:
+def format_cells(r: SweepResult) -> str:
     head = (f"{'draft':<28} {'K':>15} {'speedup':>8} {'spread':>11} {'accept':>7} {'tok/pass':>8} "
             f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'tok/s':>6}")
     lines = [head, "-" * len(head)]
-    for c in sorted(r["cells"], key=lambda c: (c["draft"], str(c["k"]).zfill(4))):
+    for c in sorted(r.cells, key=lambda c: (c["draft"], str(c["k"]).zfill(4))):
         spread = f"{_f(c['speedup_min'])}-{_f(c['speedup_max'])}"
         lines.append(f"{c['draft'][:28]:<28} {k_label(c)[:15]:>15} {_f(c['speedup'], '.2f', 'x'):>8} {spread:>11} "
                      f"{_f(c['acceptance_rate'], '.1%'):>7} {_f(c['mean_accepted']):>8} {_f(c['c']):>5} "
                      f"{_f(c['v']):>5} {_f(c['bound'], '.2f', 'x'):>6} {_f(c.get('paused'), '.0%'):>6} "
                      f"{_f(c['tps'], '.1f'):>6}")
     lines.append(f"{'off (plain decoding)':<28} {'-':>15} {'1.00x':>8}")
-    for err in r.get("errors", []):  # a draft that could not be loaded or run: a failed row
+    for err in r.errors:  # a draft that could not be loaded or run: a failed row
         lines.append(f"{err['draft'][:28]:<28} {'FAILED':>15}  {err['error']}")
     lines.append("-" * len(head))
-    for text in sorted({c["limit"] for c in r["cells"] if c.get("limit")}):
+    for text in sorted({c["limit"] for c in r.cells if c.get("limit")}):
         lines.append(f"auto K paused speculation: {text}")
-    lines.append(f"plain decoding: {_f(r['baseline_tps'], '.1f')} tok/s (median); "
-                 f"{r['runs_done']} runs in {r['duration_s']} s")
+    lines.append(f"plain decoding: {_f(r.baseline_tps, '.1f')} tok/s (median); "
+                 f"{r.runs_done} runs in {r.duration_s} s")
     return "\n".join(lines)
 
 
-def format_recommendations(r: dict) -> str:
+def format_recommendations(r: SweepResult) -> str:
     lines = ["recommendation (best median speedup):"]
-    for cat, rec in r["recommendations"].items():
+    for cat, rec in r.recommendations.items():
         lines.append(f"  {cat:<10} {recommendation_line(rec)}")
     return "\n".join(lines)
 

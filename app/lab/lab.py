@@ -21,6 +21,7 @@ from app.engine.vocab import check
 from app.models import library, meta
 from app.models.ggufheader import GGUFError
 from app.lab.tuned import machine_info, save_tuned, settings_from_recommendation
+from app.lab.result import SweepResult
 
 COMPAT_CACHE = "compat.json"
 
@@ -130,7 +131,8 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
 
 def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],
             progress: Optional[tune.Progress] = None, cancel: Optional[threading.Event] = None,
-            history: Optional[History] = None, command: Optional[str] = None, store_tuned: bool = True) -> dict:
+            history: Optional[History] = None, command: Optional[str] = None,
+            store_tuned: bool = True) -> SweepResult:
     """Sweep with a history entry (running → complete | partial | failed, failed too when no draft could be
     measured), artifacts in ``TANDEM_HOME/pairlab/run-NNNN/``, and, for a complete run, the tuned settings
     for this machine."""
@@ -139,28 +141,28 @@ def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],
     run_id = hist.start(pair_id, Path(pair.target.path).name, cfg.describe(), machine)
     try:
         result = tune.sweep(pair, cfg, progress=progress, cancel=cancel)
-        result.update(pair=pair_id, run_id=run_id, machine=machine, command=command)
+        result.stamp(pair=pair_id, run_id=run_id, machine=machine, command=command)
         folder = artifacts_root() / f"run-{run_id:04d}"
-        result["files"] = write_artifacts(result, folder, meta={"id": run_id, "pair_id": pair_id,
-                                                                "machine": machine})
+        result.stamp(files=write_artifacts(result.to_dict(), folder, meta={"id": run_id, "pair_id": pair_id,
+                                                                           "machine": machine}))
         # a sweep in which nothing could be measured is a failure, never a complete run
-        result["status"] = ("partial" if result["partial"] else "complete") if result["cells"] else "failed"
-        (folder / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-        hist.finish(run_id, result, status=result["status"], artifacts=folder)
+        result.stamp(status=("partial" if result.partial else "complete") if result.cells else "failed")
+        (folder / "result.json").write_text(json.dumps(result.to_dict(), indent=2), encoding="utf-8")
+        hist.finish(run_id, result.to_dict(), status=result.status, artifacts=folder)
     except BaseException as exc:
         hist.fail(run_id, f"{type(exc).__name__}: {exc}")
         raise
-    result["tuned"] = None
-    if store_tuned and pair_id and not result["partial"] and result["best"]:
-        result["tuned"] = save_tuned(pair_id, tuned_settings(result))
-    return result
+    saved = None
+    if store_tuned and pair_id and not result.partial and result.best:
+        saved = save_tuned(pair_id, tuned_settings(result))
+    return result.stamp(tuned=saved)
 
 
-def tuned_settings(result: dict, category: str = "all") -> dict:
+def tuned_settings(result: SweepResult, category: str = "all") -> dict:
     """The settings a recommendation stands for, with every category's choice under ``by_category``."""
-    recs = result.get("recommendations") or {}
-    rec = recs.get(category) or result["best"]
-    settings = settings_from_recommendation(rec, result.get("run_id"))
-    settings["by_category"] = {cat: settings_from_recommendation(r, result.get("run_id"))
+    recs = result.recommendations or {}
+    rec = recs.get(category) or result.best
+    settings = settings_from_recommendation(rec, result.run_id)
+    settings["by_category"] = {cat: settings_from_recommendation(r, result.run_id)
                                for cat, r in recs.items() if cat in CATEGORIES}
     return settings

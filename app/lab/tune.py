@@ -25,6 +25,7 @@ from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair, draft_options_for
 from app.engine.sampling import SamplerSettings
 from app.engine.stats import costs, median, pool
+from app.lab.result import SweepResult
 from app.engine.summary import Summary
 from app.engine.vocab import IncompatiblePair, check
 
@@ -310,10 +311,9 @@ def order_candidates(pair: Pair, candidates: Sequence[Candidate]) -> list[Candid
 
 
 def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
-          cancel: Optional[threading.Event] = None) -> dict:
-    """Run the sweep; returns ``{"cells", "best", "recommendations", "partial", …}`` (partial when cancelled;
-    cells then hold only what was measured), the JSON the history stores (cells as ``Cell.to_dict``). The
-    pair's own draft is restored afterwards."""
+          cancel: Optional[threading.Event] = None) -> SweepResult:
+    """Run the sweep; returns its SweepResult (partial when cancelled; the cells then hold only what was
+    measured). The pair's own draft is restored afterwards."""
     started = time.time()
     prompts, skipped = encode(pair, cfg.prompts)  # a prompt past the context is reported, not run
     cfg = replace(cfg, prompts=[p for p, _ in prompts])
@@ -353,16 +353,16 @@ def sweep(pair: Pair, cfg: TuneConfig, progress: Optional[Progress] = None,
         cells.append(cell_summary(cand, k, p_min, entries, len(prompts)))
     recs = recommend(cells, [p.category for p, _ in prompts])
     best = recs.get("all")
-    return {
-        "cells": [cell.to_dict() for cell in cells], "best": best, "recommendations": recs, "partial": partial,
-        "errors": errors, "skipped": skipped,
-        "baselines": [{"prompt": pid, "tps": tps} for pid, tps in baselines.items()],
-        "baseline_tps": median(t for tps in baselines.values() for t in tps),
-        "target": str(pair.target.path.name), "config": cfg.describe(),
-        "runs_done": clock.done, "runs_total": clock.total,
-        "started_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
-        "duration_s": round(time.time() - started, 1),
-    }
+    return SweepResult(
+        cells=[cell.to_dict() for cell in cells], best=best, recommendations=recs, partial=partial,
+        errors=errors, skipped=skipped,
+        baselines=[{"prompt": pid, "tps": tps} for pid, tps in baselines.items()],
+        baseline_tps=median(t for tps in baselines.values() for t in tps),
+        target=str(pair.target.path.name), config=cfg.describe(),
+        runs_done=clock.done, runs_total=clock.total,
+        started_at=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        duration_s=round(time.time() - started, 1),
+    )
 
 
 def _measure_candidate(pair: Pair, cfg: TuneConfig, cand: Candidate, prompts: list, records: dict,

@@ -92,11 +92,11 @@ def make_faster(state: AppState, say: Optional[Say] = None, cancel: Optional[thr
         result = run_lab(state.pair, cfg, state.pair_id, progress=progress, cancel=cancel, store_tuned=False)
     finally:
         state.generation_lock.release()
-    if not result.get("best"):
+    if not result.best:
         return " ".join(lines + ["The quick sweep measured nothing (cancelled?); Chat is unchanged."]), {}
     settings = tuned_settings(result, "all")
-    rec = (result.get("recommendations") or {}).get("all") or result["best"]
-    lines.append(f"Quick sweep ({result.get('runs_done')} runs in {result.get('duration_s')} s, "
+    rec = result.recommendations.get("all") or result.best
+    lines.append(f"Quick sweep ({result.runs_done} runs in {result.duration_s} s, "
                  f"{len(cfg.prompts)} prompts of {cfg.max_tokens} tokens): best was {recommendation_line(rec)}.")
     lines.append(use_draft(state, settings).strip())
     if settings["speculative"]:

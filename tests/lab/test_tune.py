@@ -77,10 +77,10 @@ def test_small_sweep_artifacts_history_and_tuned(smol_pair, smol_paths, home):
     assert len(cfg.prompts) == 2 and cfg.ks == [2, 4]
     seen = []
     result = run_lab(smol_pair, cfg, "demo-smollm2", progress=lambda *a: seen.append(a))
-    assert not result["partial"] and seen[-1][0] == seen[-1][1] == cfg.total_runs()
+    assert not result.partial and seen[-1][0] == seen[-1][1] == cfg.total_runs()
     assert seen[0][0] == 0 and all(eta is not None and eta >= 0 for done, *_, eta in seen if done)
 
-    cells = result["cells"]
+    cells = result.cells
     assert {(c["draft"], c["k"]) for c in cells} == {(d, k) for d in (_draft_id(smol_paths), "lookup")
                                                      for k in (2, 4)}
     for c in cells:
@@ -91,13 +91,13 @@ def test_small_sweep_artifacts_history_and_tuned(smol_pair, smol_paths, home):
         if c["draft"] != "lookup":
             assert c["c"] > 0 and c["v"] > 0 and c["bound"] > 0
     top = max(cells, key=lambda c: c["speedup"])
-    assert (result["best"]["draft"], result["best"]["k"]) == (top["draft"], top["k"])
-    assert result["best"]["speedup"] == pytest.approx(top["speedup"])
-    assert result["recommendations"]["all"] == result["best"]
-    assert {"code", "chat"} <= result["recommendations"].keys()
+    assert (result.best["draft"], result.best["k"]) == (top["draft"], top["k"])
+    assert result.best["speedup"] == pytest.approx(top["speedup"])
+    assert result.recommendations["all"] == result.best
+    assert {"code", "chat"} <= result.recommendations.keys()
     assert smol_pair.draft is not None and Path(smol_pair.draft.path) == Path(smol_paths[1])  # restored
 
-    files = result["files"]
+    files = result.files
     for name in ("speedup_vs_k", "per_position", "measured_vs_predicted"):
         assert Path(files[name]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert Path(files[name]).parent == Path(files["csv"]).parent  # PNGs next to the CSV
@@ -108,20 +108,20 @@ def test_small_sweep_artifacts_history_and_tuned(smol_pair, smol_paths, home):
     assert "speedup_vs_k.png" in report and "Recommendation" in report
 
     tuned = load_tuned("demo-smollm2")
-    assert tuned["k"] == result["best"]["k"] and tuned["draft_id"] == result["best"]["draft"]
-    assert tuned["expected_speedup"] == pytest.approx(result["best"]["speedup"])
+    assert tuned["k"] == result.best["k"] and tuned["draft_id"] == result.best["draft"]
+    assert tuned["expected_speedup"] == pytest.approx(result.best["speedup"])
 
     # "restart": a new History on the same file sees the run, cells included
     again = History()
     listed = again.list()
-    assert listed[0]["id"] == result["run_id"] and listed[0]["status"] == "complete"
-    stored = again.get(result["run_id"])
+    assert listed[0]["id"] == result.run_id and listed[0]["status"] == "complete"
+    stored = again.get(result.run_id)
     assert {(c["draft"], c["k"]) for c in stored["cells"]} == {(c["draft"], c["k"]) for c in cells}
-    assert stored["result"]["best"] == json.loads(json.dumps(result["best"]))
+    assert stored["result"]["best"] == json.loads(json.dumps(result.best))
     assert stored["machine"]["llama_cpp"] and stored["machine"]["fingerprint"]
-    cmp = again.compare(result["run_id"], result["run_id"])
+    cmp = again.compare(result.run_id, result.run_id)
     assert all(r["delta"] == 0 for r in cmp["rows"])
-    assert again.delete(result["run_id"]) and again.get(result["run_id"]) is None
+    assert again.delete(result.run_id) and again.get(result.run_id) is None
     assert not Path(files["csv"]).exists()
 
 
@@ -135,15 +135,15 @@ def test_cancel_mid_sweep_leaves_a_partial_history_entry(smol_pair, smol_paths, 
             cancel.set()
 
     result = run_lab(smol_pair, cfg, "demo-smollm2", progress=progress, cancel=cancel)
-    assert result["partial"] and result["runs_done"] == 3 < result["runs_total"]
-    assert {c["k"] for c in result["cells"]} == {2, 4}
-    assert all(c["prompts"] == 1 and not c["complete"] for c in result["cells"])
-    assert result["tuned"] is None and load_tuned("demo-smollm2") is None  # a partial run changes no default
+    assert result.partial and result.runs_done == 3 < result.runs_total
+    assert {c["k"] for c in result.cells} == {2, 4}
+    assert all(c["prompts"] == 1 and not c["complete"] for c in result.cells)
+    assert result.tuned is None and load_tuned("demo-smollm2") is None  # a partial run changes no default
     assert Path(smol_pair.draft.path) == Path(smol_paths[1])
 
-    stored = History().get(result["run_id"])
+    stored = History().get(result.run_id)
     assert stored["status"] == "partial" and stored["result"]["partial"]
-    assert len(stored["cells"]) == len(result["cells"])
+    assert len(stored["cells"]) == len(result.cells)
     assert Path(stored["artifacts"], "cells.csv").is_file()
 
 

@@ -14,7 +14,7 @@ from app.lab.lab import run_lab
 from app.lab.tune import LOOKUP, Candidate, TuneConfig
 from app.models import compat, ggufheader, library, meta
 from app.models.ggufheader import GGUFError
-from test_models_gguf import write_tiny
+from support.tiny_gguf import write_tiny
 
 
 @pytest.fixture
@@ -82,12 +82,12 @@ def test_a_sweep_shows_a_failed_draft_and_stores_no_run_as_failed(home, smol_pai
     prompt = [p for p in builtin_suite("code")][:1]
     cfg = TuneConfig(candidates=[Candidate.model(half)], ks=[2], prompts=prompt, max_tokens=4, warmup=False)
     result = run_lab(smol_pair, cfg, "demo-smollm2", store_tuned=False)
-    assert result["status"] == "failed" and not result["cells"] and result["errors"][0]["draft"] == "half"
-    assert History().get(result["run_id"])["status"] == "failed"  # once stored as complete with 0 runs
+    assert result.status == "failed" and not result.cells and result.errors[0]["draft"] == "half"
+    assert History().get(result.run_id)["status"] == "failed"  # once stored as complete with 0 runs
 
     cfg.candidates = [Candidate.model(half), LOOKUP]
     result = run_lab(smol_pair, cfg, "demo-smollm2", store_tuned=False)
-    assert result["status"] == "complete" and {c["draft"] for c in result["cells"]} == {"lookup"}
+    assert result.status == "complete" and {c["draft"] for c in result.cells} == {"lookup"}
     table = format_cells(result)
     assert any(line.startswith("half") and "FAILED" in line for line in table.splitlines())
     assert Path(smol_pair.draft.path) == Path(smol_paths[1])  # the pair's own draft is back

@@ -15,6 +15,7 @@ from app.engine import limits
 from app.lab.bench import CATEGORIES
 from app.lab.history import History
 from app.lab.lab import LabRequest, discover, plan, run_lab, tuned_settings
+from app.lab.result import SweepResult
 from app.lab.report import compare_markdown, k_label, recommendation_line
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
@@ -100,7 +101,7 @@ def apply_recommendation(state, result: Optional[dict], cat: Optional[str]) -> s
     if not result or not result.get("recommendations"):
         return "Run a sweep first."
     cat = cat if cat in result["recommendations"] else "all"
-    settings = tuned_settings(result, cat)
+    settings = tuned_settings(SweepResult.from_dict(result), cat)
     if state.pair_id:
         save_tuned(state.pair_id, settings)
     state.apply_defaults(settings)
@@ -200,9 +201,9 @@ def build(state):
 
             result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
                              command=_command(req, state.pair_id), store_tuned=not req.quick)
-            if result.get("tuned"):  # a complete full sweep: the new defaults apply at once
-                state.apply_defaults(result["tuned"])
-            return result
+            if result.tuned:  # a complete full sweep: the new defaults apply at once
+                state.apply_defaults(result.tuned)
+            return result.to_dict()  # the tab holds the JSON (gr.State, gr.JSON), as stored runs come
         finally:
             state.generation_lock.release()
 
