@@ -1,3 +1,4 @@
 """The speculative decoding core on llama-cpp-python's low-level API: backend (Model), vocab (GGUF vocabulary
-rule), sampling, verify, proposers, draftlen, loop (with its Target protocol), events, stats, text, pair,
-limits and placement. It imports nothing from app.models, app.lab or app.ui; the Pair lab lives in app/lab."""
+rule), sampling, verify, proposers, draftlen, loop (with its Target protocol), events (str enums for token kinds
+and stop reasons), stats and summary, text, pair, limits, placement, rpc and split, and errors (the base of every
+Tandem error). It imports nothing else from app; the Pair lab lives in app/lab."""

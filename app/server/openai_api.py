@@ -1,8 +1,8 @@
 """OpenAI-compatible endpoints — ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` —
 and ``GET /metrics`` (Prometheus), as a FastAPI router: mounted on the app's own server (Gradio runs on
-FastAPI) or served alone by ``launcher.py serve`` (``openai_server.py``).
+FastAPI; the command line hands :func:`mount` to the UI) or served alone by ``launcher.py serve`` (``serve.py``).
 
-Every request runs through the UI's runner: it waits its turn on the same generation lock as the tabs and
+Every request runs through the service's runner: it waits its turn on the same generation lock as the tabs and
 ``/chat`` (first come, first served), builds its prompt the way ``/chat`` does, and a client that goes away
 sets the stop switch, so its generation ends within one speculative step and frees the pair. Responses carry
 ``usage`` and the speculative statistics as LM Studio's ``stats`` and llama.cpp's ``timings``; streamed ones
@@ -187,7 +187,7 @@ async def _events(run: Run, env: F.Envelope, include_usage: bool) -> AsyncIterat
 
 
 class OpenAIApi:
-    """The routes, bound to one AppState (and so to the UI's generation lock)."""
+    """The routes, bound to one AppState (and so to the generation lock the UI's tabs wait on too)."""
 
     def __init__(self, state: AppState, api_key: Optional[str] = None, metrics: Optional[Metrics] = None):
         self.state, self.api_key = state, (api_key or None)  # an empty key is no key

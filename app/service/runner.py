@@ -1,9 +1,10 @@
-"""Runs generations for the UI: the engine's event stream, consumed in a worker thread, summarised live.
+"""Runs generations for the front ends: the engine's event stream, consumed in a worker thread, summarised
+live.
 
-The worker holds ``AppState.generation_lock`` (one generation at a time per loaded pair) and feeds a queue;
-the Gradio handler drains it and yields a :class:`Live` snapshot a few times a second. If the handler is
-cancelled or its client goes away, the stop switch is set, so the worker ends within one speculative step
-and releases the lock itself.
+The worker holds ``AppState.generation_lock`` (one generation at a time per loaded pair) and feeds a queue; the
+caller (a Gradio handler, an API request) drains it and yields a :class:`Live` snapshot a few times a second. If
+the caller is cancelled or its client goes away, the stop switch is set, so the worker ends within one
+speculative step and releases the lock itself.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     q.put((_START, i, time.perf_counter()))
                     for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
                         q.put((ev, i, time.perf_counter()))
-                        if isinstance(ev, TokenEvent) and ev.draft_token is not None:  # here: piece() is not thread-safe
+                        # the draft's rejected proposal, decoded here: piece() is not thread-safe
+                        if isinstance(ev, TokenEvent) and ev.draft_token is not None:
                             q.put((DraftText(ev.index, _text(pair, ev.draft_token)), i, time.perf_counter()))
                         if isinstance(ev, DoneEvent):
                             _notify(state, ev, job.cfg)

@@ -1,6 +1,7 @@
-"""The one place UI state lives (no module-level globals holding components or models).
+"""The one place the app's state lives (no module-level globals holding components or models).
 
-Owned by the UI; tabs receive the AppState instance in ``build(state)``. It holds the loaded pair and how it
+One AppState per running app, shared by its front ends: the UI's tabs receive it in ``build(state)``, the API
+is bound to it. It holds the loaded pair and how it
 was loaded, the generation lock (one generation at a time per loaded pair), per-session stop switches and the
 key of the plain-decoding baselines (stored by ``app.lab.baselines``). Each browser session's chat history and
 comparisons live in that session's ``gr.State``.
@@ -35,7 +36,7 @@ class AppState:
     load_error: Optional[str] = None  # why the last load failed (shown in the pair tab)
     gpu_layers: tuple = ("auto", "auto")  # (target, draft) as asked: a number of layers or "auto"
     gpu_choice: Optional[Any] = None  # the offload.Choice the loaded pair was loaded with
-    recent: dict[str, Any] = field(default_factory=dict)  # latest Compare per pair+settings (app/ui/speedup.py)
+    recent: dict[str, Any] = field(default_factory=dict)  # latest Compare per pair+settings (service/speedup.py)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
     # called with (DoneEvent, GenConfig) after every generation the runner completes (e.g. the /metrics counters)
     observers: list[Callable[[Any, Any], None]] = field(default_factory=list)

@@ -20,9 +20,10 @@ _fmt = functools.partial(fmt, none="–")  # the UI's dash
 
 KIND_LABELS: dict[str, tuple[str, str, str]] = {
     TokenKind.ACCEPTED: ("accepted draft", "drafted by the draft model and verified by the target", "green tint"),
-    TokenKind.CORRECTED: ("target-corrected", "the target's own token where it rejected the draft; click it to see what "
-                                      "the draft proposed", "red tint, wavy underline"),
-    TokenKind.BONUS: ("bonus", "the extra target token after a fully accepted draft", "blue tint, dotted over- and underline"),
+    TokenKind.CORRECTED: ("target-corrected", "the target's own token where it rejected the draft; click it to see "
+                                              "what the draft proposed", "red tint, wavy underline"),
+    TokenKind.BONUS: ("bonus", "the extra target token after a fully accepted draft",
+                      "blue tint, dotted over- and underline"),
     TokenKind.PLAIN: ("plain", "one target step, no speculation", "no tint"),
 }
 
