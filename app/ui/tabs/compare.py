@@ -1,9 +1,14 @@
 """Compare tab: one prompt with speculation off and on, each side streaming in turn, then both replayed as a
-race at their real timing, plus the session's history of comparisons."""
+race at their real timing, plus the session's history of comparisons.
+
+``layout`` places the components, ``wire`` connects their events to the handlers below it (module functions
+that take the app state; the wiring's closures only hand it over)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import gradio as gr
 
@@ -35,8 +40,31 @@ def replay(html: str) -> str:
     return re.sub(r'data-run="(\d+)"', lambda m: f'data-run="{int(m.group(1)) + 1}"', html or "", count=1)
 
 
+@dataclass
+class View:
+    """The tab's components (``layout``), for the event wiring (``wire``)."""
+
+    prompt: Any
+    run: Any
+    stop: Any
+    status: Any
+    arena: Any
+    replay_btn: Any
+    result: Any
+    hist_view: Any
+    runs: Any  # gr.State: this session's comparisons (payload dicts)
+    last_race: Any  # gr.State: the latest race, for Replay
+    ctrl: controls.Controls
+
+
 def build(state: AppState) -> controls.Controls:
-    runs = gr.State([])  # this session's comparisons (payload dicts)
+    view = layout(state)
+    wire(state, view)
+    return view.ctrl
+
+
+def layout(state: AppState) -> View:
+    runs = gr.State([])
     last_race = gr.State("")
     with gr.Row():
         prompt = gr.Textbox(label="Prompt", lines=2, scale=6, elem_id="tdm-compare-prompt",
@@ -52,73 +80,92 @@ def build(state: AppState) -> controls.Controls:
     with gr.Accordion("This session's comparisons", open=True):
         hist_view = gr.HTML(panel.history_html([]), elem_id="tdm-compare-history")
     ctrl = controls.build(state, "compare", speculation_switch=False)
+    return View(prompt, run, stop, status, arena, replay_btn, result, hist_view, runs, last_race, ctrl)
 
-    def announce(request: gr.Request):
-        state.stop_event(session_key(request))  # armed now: a Stop before the runs start still counts
-        note = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
-        return note, ""
 
-    def compare_ui(request: gr.Request, text: str, history: list, *values):
-        keep = gr.update()
-        idle = (keep, keep, keep, keep, keep, keep)  # arena, result, runs, history view, race, replay button
+def wire(state: AppState, v: View) -> None:
+    def on_announce(request: gr.Request):
+        return announce(state, request)
 
-        def say(message: str, kind: str = "info"):
-            return (idle[0], idle[1], panel.status_html(message, kind), *idle[2:])
+    def on_compare(request: gr.Request, text: str, history: list, *values):
+        yield from compare(state, v.ctrl, request, text, history, *values)
 
-        if not text or not text.strip():
-            yield say("Type a prompt first.")
-            return
-        try:
-            resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
-        except S.SettingsError as exc:
-            yield say(str(exc), "error")
-            return
-        greedy = resolved["temperature"] <= 0
-        stop_ev = state.armed_stop_event(session_key(request))
-        payload, plain, spec = None, None, None
-        try:
-            for st, plain, spec, order in chat.compare_stream(state, text, resolved, stop_ev, len(history)):
-                if st == "waiting":
-                    yield say(WAITING, "wait")
-                    continue
-                payload = chat.compare_payload(plain, spec, resolved, order, text, st)
-                note = panel.status_html(f"Running ({order})…", "info") if st != "done" else ""
-                yield arena_html(plain, spec), keep, note, keep, keep, keep, gr.update(visible=False)
-        except Exception as exc:
-            yield say(ui_message(exc), "error")
-            return
-        if payload is None:
-            return
-        if payload["error"]:
-            yield keep, "", panel.status_html(payload["error"], "error"), keep, keep, keep, keep
-            return
-        if payload["identical"] is None:  # stopped before both finished
-            yield keep, "", panel.status_html("Stopped: no result recorded.", "info"), keep, keep, keep, keep
-            return
-        history = (history + [payload])[-20:]
-        sig = speedup.signature(state.baseline_key(), state.draft_path, resolved)
-        speedup.remember_compare(state.recent, sig, payload)
-        shown = race.race_html(plain, spec, len(history)) or arena_html(plain, spec)
-        yield (shown, panel.compare_row_html(_row(payload, greedy)), "", history, panel.history_html(history),
-               shown, gr.update(visible=True))
+    def on_stop(request: gr.Request):
+        return stop(state, request)
 
-    def do_stop(request: gr.Request):
-        stopped = state.request_stop(session_key(request))
-        return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
+    outputs = [v.arena, v.result, v.status, v.runs, v.hist_view, v.last_race, v.replay_btn]
+    for trigger in (v.run.click, v.prompt.submit):
+        trigger(on_announce, None, [v.status, v.result], queue=False, api_visibility="private").then(
+            on_compare, [v.prompt, v.runs, *v.ctrl.components], outputs, api_visibility="private",
+            show_progress="hidden", **GEN)
+    v.stop.click(on_stop, None, [v.status], queue=False, api_visibility="private")
+    v.replay_btn.click(replay_both, [v.last_race], [v.arena, v.last_race], queue=False, api_visibility="private",
+                       show_progress="hidden")
 
-    def do_replay(html: str):
-        again = replay(html)
-        return again, again
 
-    outputs = [arena, result, status, runs, hist_view, last_race, replay_btn]
-    for trigger in (run.click, prompt.submit):
-        trigger(announce, None, [status, result], queue=False, api_visibility="private").then(
-            compare_ui, [prompt, runs, *ctrl.components], outputs, api_visibility="private", show_progress="hidden",
-            **GEN)
-    stop.click(do_stop, None, [status], queue=False, api_visibility="private")
-    replay_btn.click(do_replay, [last_race], [arena, last_race], queue=False, api_visibility="private",
-                     show_progress="hidden")
-    return ctrl
+# --- the handlers ---------------------------------------------------------------------------------------------
+
+def announce(state: AppState, request: gr.Request) -> tuple:
+    state.stop_event(session_key(request))  # armed now: a Stop before the runs start still counts
+    note = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
+    return note, ""
+
+
+def compare(state: AppState, ctrl: controls.Controls, request: gr.Request, text: str, history: list,
+            *values) -> Iterator[tuple]:
+    """Both runs streamed in turn, then the race, the result row and the session's history."""
+    keep = gr.update()
+    idle = (keep, keep, keep, keep, keep, keep)  # arena, result, runs, history view, race, replay button
+
+    def say(message: str, kind: str = "info"):
+        return (idle[0], idle[1], panel.status_html(message, kind), *idle[2:])
+
+    if not text or not text.strip():
+        yield say("Type a prompt first.")
+        return
+    try:
+        resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
+    except S.SettingsError as exc:
+        yield say(str(exc), "error")
+        return
+    greedy = resolved["temperature"] <= 0
+    stop_ev = state.armed_stop_event(session_key(request))
+    payload, plain, spec = None, None, None
+    try:
+        for st, plain, spec, order in chat.compare_stream(state, text, resolved, stop_ev, len(history)):
+            if st == "waiting":
+                yield say(WAITING, "wait")
+                continue
+            payload = chat.compare_payload(plain, spec, resolved, order, text, st)
+            note = panel.status_html(f"Running ({order})…", "info") if st != "done" else ""
+            yield arena_html(plain, spec), keep, note, keep, keep, keep, gr.update(visible=False)
+    except Exception as exc:
+        yield say(ui_message(exc), "error")
+        return
+    if payload is None:
+        return
+    if payload["error"]:
+        yield keep, "", panel.status_html(payload["error"], "error"), keep, keep, keep, keep
+        return
+    if payload["identical"] is None:  # stopped before both finished
+        yield keep, "", panel.status_html("Stopped: no result recorded.", "info"), keep, keep, keep, keep
+        return
+    history = (history + [payload])[-20:]
+    sig = speedup.signature(state.baseline_key(), state.draft_path, resolved)
+    speedup.remember_compare(state.recent, sig, payload)
+    shown = race.race_html(plain, spec, len(history)) or arena_html(plain, spec)
+    yield (shown, panel.compare_row_html(_row(payload, greedy)), "", history, panel.history_html(history),
+           shown, gr.update(visible=True))
+
+
+def stop(state: AppState, request: gr.Request) -> str:
+    stopped = state.request_stop(session_key(request))
+    return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
+
+
+def replay_both(html: str) -> tuple[str, str]:
+    again = replay(html)
+    return again, again
 
 
 def _row(payload: dict, greedy: bool) -> dict:

@@ -1,17 +1,20 @@
-"""Pair settings: choose target and draft, check compatibility, set offload/context/threads, load."""
+"""Pair settings: choose target and draft, check compatibility, set offload/context/threads, load.
+
+``layout`` places the components, ``wire`` connects their events to the handlers below it (module functions;
+the wiring's closures only hand them the app state and the catalog's pairs)."""
 
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import gradio as gr
 
 from app import paths
 from app.engine import limits, rpc
-from app.engine.backend import LoadOptions
 from app.engine.vocab import VocabInfo, check
 from app.errors import ui_message
 from app.models import library, meta, offload
@@ -112,10 +115,36 @@ def _label_for(path: Optional[str], models: dict[str, str]) -> Optional[str]:
     return next((k for k, v in models.items() if Path(v) == Path(path)), None)
 
 
+@dataclass
+class View:
+    """The tab's components (``layout``), for the event wiring (``wire``)."""
+
+    preset: Any
+    refresh: Any
+    target: Any
+    draft: Any
+    compat: Any
+    t_ngl: Any
+    d_ngl: Any
+    ctx: Any
+    threads: Any
+    workers: Any
+    check: Any
+    workers_status: Any
+    load_btn: Any
+    status: Any
+    info: Any
+
+
 def build(state: AppState):
     """Returns (pair info component, the load event) so the app can refresh its header after a load."""
-    models = installed_models()
     pairs = catalog_pairs()
+    view = layout(state, pairs)
+    return view.info, wire(state, view, pairs)
+
+
+def layout(state: AppState, pairs: dict[str, tuple[str, str, str]]) -> View:
+    models = installed_models()
     with gr.Row():
         preset = gr.Dropdown(choices=list(pairs), value=None, label="Catalog pair", scale=3,
                              info="Fill target and draft from a catalog pair (installed models only).")
@@ -140,8 +169,8 @@ def build(state: AppState):
         threads = gr.Number(value=state.target_options.n_threads, precision=0, label="Threads",
                             info="CPU threads; 0 = all physical cores.")
     with gr.Row():
-        workers = gr.Textbox(value=", ".join(state.target_options.rpc), label="RPC workers", scale=4, elem_id="tdm-rpc",
-                             placeholder="host:port, host:port (empty: this machine only)",
+        workers = gr.Textbox(value=", ".join(state.target_options.rpc), label="RPC workers", scale=4,
+                             elem_id="tdm-rpc", placeholder="host:port, host:port (empty: this machine only)",
                              info="Split the target over other machines running `python launcher.py worker`; "
                                   "the draft stays here. The RPC protocol has no authentication: use it only on "
                                   "a network you trust.")
@@ -150,59 +179,75 @@ def build(state: AppState):
     load_btn = gr.Button("Load pair", variant="primary", elem_id="tdm-load")
     status = gr.HTML("", elem_id="tdm-pair-status")
     info = gr.HTML(info_html(state), elem_id="tdm-pairinfo")
+    return View(preset, refresh, target, draft, compat, t_ngl, d_ngl, ctx, threads, workers, check,
+                workers_status, load_btn, status, info)
 
+
+def wire(state: AppState, v: View, pairs: dict[str, tuple[str, str, str]]):
+    """Connect the events; returns the load event."""
     def on_preset(label):
-        if label not in pairs:
-            return gr.update(), gr.update()
-        pid, tfile, dfile = pairs[label]
-        current = installed_models()
-        t = next((k for k, v in current.items() if Path(v).name == tfile), None)
-        d = next((k for k, v in current.items() if Path(v).name == dfile), None)
-        if t is None or d is None:
-            gr.Warning(f"{label}: not installed yet (Get it in the Models tab, or `launcher.py models pull {pid}`).")
-            return gr.update(), gr.update()
-        return gr.update(value=t), gr.update(value=d)
-
-    def on_choose(t_label, d_label):
-        current = installed_models()
-        ok, msg = verdict(current.get(t_label), current.get(d_label) if d_label != NO_DRAFT else None)
-        return panel.status_html(msg, "ok" if ok else "error")
-
-    def on_refresh():
-        current = installed_models()
-        return gr.update(choices=list(current)), gr.update(choices=[NO_DRAFT, *current])
+        return fill_from_preset(pairs, label)
 
     def on_load(t_label, d_label, tngl, dngl, n_ctx, n_threads, rpc_text, progress=gr.Progress()):
-        current = installed_models()
-        tpath = current.get(t_label)
-        dpath = current.get(d_label) if d_label and d_label != NO_DRAFT else None
-        if not tpath:
-            return panel.status_html("Choose a target model.", "error"), info_html(state)
-        try:
-            n_ctx = limits.form_int("context size", n_ctx, "ctx")
-            n_threads = limits.form_int("threads", n_threads or 0)
-            want = (offload.layers_value(tngl), offload.layers_value(dngl))
-            from app.engine.rpc import parse_endpoints
+        return load_from_form(state, pairs, t_label, d_label, tngl, dngl, n_ctx, n_threads, rpc_text, progress)
 
-            rpc = parse_endpoints(rpc_text or "")
-            preset_id = next((pid for pid, tf, df in pairs.values()
-                              if Path(tpath).name == tf and dpath and Path(dpath).name == df), None)
-            line = load_into(state, PairOptions(tpath, dpath, want, int(n_ctx), int(n_threads or 0), rpc),
-                             preset_id, progress=lambda f, d: progress(f, desc=d))
-            progress(0.95, desc="warming up")
-            warm_up(state)
-        except Exception as exc:  # the previous pair stays loaded
-            state.load_error = ui_message(exc)
-            kept = " The previous pair is still loaded." if state.pair is not None else ""
-            return panel.status_html(f"Could not load: {state.load_error}.{kept}", "error"), info_html(state)
-        return panel.status_html(f"Loaded. {line}", "ok"), info_html(state)
+    v.preset.change(on_preset, [v.preset], [v.target, v.draft], api_visibility="private")
+    v.target.change(check_choice, [v.target, v.draft], [v.compat], api_visibility="private")
+    v.draft.change(check_choice, [v.target, v.draft], [v.compat], api_visibility="private")
+    v.refresh.click(rescan, None, [v.target, v.draft], api_visibility="private")
+    v.check.click(workers_html, [v.workers], [v.workers_status], api_visibility="private")
+    return v.load_btn.click(on_load, [v.target, v.draft, v.t_ngl, v.d_ngl, v.ctx, v.threads, v.workers],
+                            [v.status, v.info], api_visibility="private", concurrency_id="load",
+                            concurrency_limit=1, show_progress_on=[v.status])
 
-    preset.change(on_preset, [preset], [target, draft], api_visibility="private")
-    target.change(on_choose, [target, draft], [compat], api_visibility="private")
-    draft.change(on_choose, [target, draft], [compat], api_visibility="private")
-    refresh.click(on_refresh, None, [target, draft], api_visibility="private")
-    check.click(workers_html, [workers], [workers_status], api_visibility="private")
-    loaded = load_btn.click(on_load, [target, draft, t_ngl, d_ngl, ctx, threads, workers], [status, info],
-                            api_visibility="private", concurrency_id="load", concurrency_limit=1,
-                            show_progress_on=[status])
-    return info, loaded
+
+# --- the handlers ---------------------------------------------------------------------------------------------
+
+def fill_from_preset(pairs: dict[str, tuple[str, str, str]], label: str) -> tuple:
+    if label not in pairs:
+        return gr.update(), gr.update()
+    pid, tfile, dfile = pairs[label]
+    current = installed_models()
+    t = next((k for k, v in current.items() if Path(v).name == tfile), None)
+    d = next((k for k, v in current.items() if Path(v).name == dfile), None)
+    if t is None or d is None:
+        gr.Warning(f"{label}: not installed yet (Get it in the Models tab, or `launcher.py models pull {pid}`).")
+        return gr.update(), gr.update()
+    return gr.update(value=t), gr.update(value=d)
+
+
+def check_choice(t_label: str, d_label: str) -> str:
+    current = installed_models()
+    ok, msg = verdict(current.get(t_label), current.get(d_label) if d_label != NO_DRAFT else None)
+    return panel.status_html(msg, "ok" if ok else "error")
+
+
+def rescan() -> tuple:
+    current = installed_models()
+    return gr.update(choices=list(current)), gr.update(choices=[NO_DRAFT, *current])
+
+
+def load_from_form(state: AppState, pairs: dict[str, tuple[str, str, str]], t_label, d_label, tngl, dngl, n_ctx,
+                   n_threads, rpc_text, progress) -> tuple[str, str]:
+    """Load the pair the form describes (the previous one stays if this fails); (status, pair info)."""
+    current = installed_models()
+    tpath = current.get(t_label)
+    dpath = current.get(d_label) if d_label and d_label != NO_DRAFT else None
+    if not tpath:
+        return panel.status_html("Choose a target model.", "error"), info_html(state)
+    try:
+        n_ctx = limits.form_int("context size", n_ctx, "ctx")
+        n_threads = limits.form_int("threads", n_threads or 0)
+        want = (offload.layers_value(tngl), offload.layers_value(dngl))
+        endpoints = rpc.parse_endpoints(rpc_text or "")
+        preset_id = next((pid for pid, tf, df in pairs.values()
+                          if Path(tpath).name == tf and dpath and Path(dpath).name == df), None)
+        line = load_into(state, PairOptions(tpath, dpath, want, int(n_ctx), int(n_threads or 0), endpoints),
+                         preset_id, progress=lambda f, d: progress(f, desc=d))
+        progress(0.95, desc="warming up")
+        warm_up(state)
+    except Exception as exc:  # the previous pair stays loaded
+        state.load_error = ui_message(exc)
+        kept = " The previous pair is still loaded." if state.pair is not None else ""
+        return panel.status_html(f"Could not load: {state.load_error}.{kept}", "error"), info_html(state)
+    return panel.status_html(f"Loaded. {line}", "ok"), info_html(state)
