@@ -27,7 +27,7 @@ from app.errors import api_error, ui_message
 from app.server import openai_format as F, openai_schema as schema
 from app.service import settings as S
 from app.service.metrics import CONTENT_TYPE, Metrics
-from app.service.runner import Job, Live, stream
+from app.service.runner import Job, Live, RunStatus, stream
 from app.service.state import AppState
 
 INTERVAL = 0.05  # seconds between snapshots of a running generation (the granularity of streamed chunks)
@@ -71,7 +71,7 @@ class Run:
         if live.error:
             self.close()
             raise _engine_error(live)
-        if status == "done":
+        if status == RunStatus.DONE:
             self._over = True
         return True
 

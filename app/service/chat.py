@@ -12,7 +12,7 @@ import threading
 from typing import Any, Iterator, Optional, Sequence
 
 from app.service import settings as S, speedup
-from app.service.runner import Job, Live, stream
+from app.service.runner import Job, Live, RunStatus, stream
 from app.service.state import AppState
 
 
@@ -89,7 +89,7 @@ def compare_stream(state: AppState, prompt: str, resolved: dict, stop: threading
         yield status, plain, spec, order
 
 
-def chat_payload(live: Live, status: str = "done") -> dict:
+def chat_payload(live: Live, status: str = RunStatus.DONE) -> dict:
     s = live.summary()
     claim = speedup.choose(s, live.speculative, None, {"tps": live.baseline_tps} if live.baseline_tps else None)
     return {
@@ -112,7 +112,7 @@ def chat_payload(live: Live, status: str = "done") -> dict:
 
 
 def compare_payload(plain: Live, spec: Live, resolved: dict, order: str, prompt: str = "",
-                    status: str = "done") -> dict:
+                    status: str = RunStatus.DONE) -> dict:
     ps, ss = plain.summary(), spec.summary()
     plain_ids = list(plain.done.tokens) if plain.done else [t.token for t in plain.tokens]
     spec_ids = list(spec.done.tokens) if spec.done else [t.token for t in spec.tokens]

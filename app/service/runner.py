@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Optional, Sequence
 
-from app.engine.events import DoneEvent, StepEvent, TokenEvent
+from app.engine.events import DoneEvent, StepEvent, StrEnum, TokenEvent
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import Stats
@@ -24,6 +24,14 @@ from app.errors import NoPairLoaded, ui_message
 from app.service.state import AppState
 
 _START, _END = "start", "end"
+
+
+class RunStatus(StrEnum):
+    """Where a stream of jobs stands (the first item of each snapshot ``stream`` yields)."""
+
+    WAITING = "waiting"  # another generation holds the pair
+    RUNNING = "running"
+    DONE = "done"
 
 
 @dataclass
@@ -105,10 +113,10 @@ PromptFn = Callable[[Pair], Sequence[int]]
 
 
 def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threading.Event,
-           interval: float = 0.1) -> Generator[tuple[str, list[Live]], None, None]:
+           interval: float = 0.1) -> Generator[tuple[RunStatus, list[Live]], None, None]:
     """Yield (status, lives) while the jobs run one after another under the generation lock.
 
-    status is "waiting" (another generation holds the pair), "running" or "done". Errors (prompt past the
+    status is a RunStatus: waiting (another generation holds the pair), running or done. Errors (prompt past the
     context, no pair, bad template…) end the run with ``Live.error`` set on the job that failed."""
     baseline = state.baseline_tps()
     lives = [Live(speculative=j.cfg.speculative, baseline_tps=baseline) for j in jobs]
@@ -143,18 +151,18 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
     finished = False
     try:
         if state.busy:
-            yield "waiting", lives
+            yield RunStatus.WAITING, lives
         threading.Thread(target=work, name="tandem-generate", daemon=True).start()
-        current, last_yield, status = 0, 0.0, "waiting"
+        current, last_yield, status = 0, 0.0, RunStatus.WAITING
         while True:
             try:
                 item, idx, now = q.get(timeout=interval)
             except queue.Empty:
-                if status == "running":
+                if status == RunStatus.RUNNING:
                     yield status, lives
                 continue
             if item == _START:
-                status = "running"
+                status = RunStatus.RUNNING
                 if idx is not None:
                     current = idx
                     lives[idx].started = now
@@ -171,7 +179,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                 last_yield = time.perf_counter()
                 yield status, lives
         finished = True
-        yield "done", lives
+        yield RunStatus.DONE, lives
     finally:
         if not finished:
             stop.set()  # the client went away or cancelled: let the worker end and free the pair

@@ -16,6 +16,7 @@ from app.service import chat, settings as S, speedup
 from app.service.baseline import measure_baseline, measure_plain
 from app.service.chatqueue import Sessions
 from app.service.faster import make_faster
+from app.service.runner import RunStatus
 from app.service.state import AppState, session_key
 from app.ui import controls, panel, reply
 from app.ui.controls import GEN
@@ -187,15 +188,15 @@ def build(state: AppState) -> ChatView:
             for status, live in chat.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
                 if sessions.stale(claim):
                     return None
-                if status == "waiting":
+                if status == RunStatus.WAITING:
                     yield display(asked), keep, panel.status_html(WAITING, "wait"), keep, keep
                     continue
-                if live.error or (status != "done" and time.perf_counter() - shown_at < max(0.1, 6 * cost)):
+                if live.error or (status != RunStatus.DONE and time.perf_counter() - shown_at < max(0.1, 6 * cost)):
                     continue  # big replies render less often, so rendering never competes with decoding
                 t0 = time.perf_counter()
                 queued = sessions.queued(key)
                 streaming = {"role": "assistant", "tokens": reply.compact(live.tokens, live.draft_texts),
-                             "streaming": status != "done"}
+                             "streaming": status != RunStatus.DONE}
                 view = display(asked, streaming, queued)
                 snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved}
                 shown_at, cost = time.perf_counter(), time.perf_counter() - t0

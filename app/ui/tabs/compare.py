@@ -14,6 +14,7 @@ import gradio as gr
 
 from app.errors import ui_message
 from app.service import chat, settings as S, speedup
+from app.service.runner import RunStatus
 from app.service.state import AppState, session_key
 from app.ui import controls, panel, race
 from app.ui.controls import GEN
@@ -133,11 +134,11 @@ def compare(state: AppState, ctrl: controls.Controls, request: gr.Request, text:
     payload, plain, spec = None, None, None
     try:
         for st, plain, spec, order in chat.compare_stream(state, text, resolved, stop_ev, len(history)):
-            if st == "waiting":
+            if st == RunStatus.WAITING:
                 yield say(WAITING, "wait")
                 continue
             payload = chat.compare_payload(plain, spec, resolved, order, text, st)
-            note = panel.status_html(f"Running ({order})…", "info") if st != "done" else ""
+            note = panel.status_html(f"Running ({order})…", "info") if st != RunStatus.DONE else ""
             yield arena_html(plain, spec), keep, note, keep, keep, keep, gr.update(visible=False)
     except Exception as exc:
         yield say(ui_message(exc), "error")
