@@ -43,6 +43,12 @@ class ContextFullError(BackendError):
     hint, status, code = "shorten the prompt, or give a larger context (--ctx)", 400, "context_length_exceeded"
     title = "Prompt too long"
 
+    @classmethod
+    def prompt(cls, n_tokens: int, n_ctx: int) -> "ContextFullError":
+        """The error for a prompt of ``n_tokens`` past a context of ``n_ctx``."""
+        return cls(f"the prompt is {n_tokens} tokens but the context holds {n_ctx}; "
+                   "shorten it or load the pair with a larger context")
+
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 def _silent_log(level, text, user_data):  # pragma: no cover - called from C
@@ -246,8 +252,7 @@ class Model:
         buf = (L.llama_token * cap)()
         n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
         if limit is not None and (n < 0 and -n > limit or n > limit):
-            raise ContextFullError(f"the prompt is {abs(n)} tokens but the context holds {self.n_ctx}; "
-                                   "shorten it or load the pair with a larger context")
+            raise ContextFullError.prompt(abs(n), self.n_ctx)
         if n < 0:
             cap = -n
             buf = (L.llama_token * cap)()

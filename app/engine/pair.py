@@ -115,8 +115,7 @@ class Pair:
             for piece, is_msg in pieces:
                 ids += t.tokenize(piece, add_special=False, parse_special=not is_msg)
             if len(ids) > limit:
-                raise ContextFullError(f"the prompt is {len(ids)} tokens but the context holds {t.n_ctx}; "
-                                       "shorten it or load the pair with a larger context")
+                raise ContextFullError.prompt(len(ids), t.n_ctx)
         if len(ids) >= 2 and ids[0] == ids[1] == t.bos:  # the template wrote BOS and so did the tokenizer
             ids = ids[1:]
         return ids
