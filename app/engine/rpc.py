@@ -245,7 +245,7 @@ def check_devices(names: Sequence[str] = ()) -> list[str]:
         return [d.name for d in known if d.kind not in ("cpu", "accel")] or \
             [d.name for d in known if d.kind == "cpu"][:1]
     for name in names:
-        if not name or not g.ggml_backend_dev_by_name(name.encode("utf-8", "replace")):
+        if not name or "\x00" in name or not g.ggml_backend_dev_by_name(name.encode("utf-8", "replace")):
             raise RpcError(f"no device {name!r} here; this machine has: "
                            + ", ".join(f"{d.name} ({d.description})" for d in known)
                            + " (`launcher.py worker --list-devices` lists them)")
