@@ -242,10 +242,9 @@ class Model:
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True,
                  limit: Optional[int] = None, cancel: Cancel = None) -> list[int]:
         """Token ids of ``text``; ``parse_special`` turns the text of control tokens (``<|im_end|>``) into those
-        tokens, so pass False for anything a user wrote. With ``limit``, more tokens than that raise
-        ContextFullError before any list of them is built. A long text is tokenised in pieces cut where llama.cpp
-        splits anyway (``chunking``): the same ids in linear time, with ``cancel`` (an Event or a callable)
-        checked between pieces: when it is set, TokenizeCancelled is raised."""
+        tokens, so pass False for anything a user wrote. More tokens than ``limit`` raise ContextFullError. A long
+        text goes in pieces cut where llama.cpp splits anyway (``chunking``): the same ids in linear time, and
+        ``cancel`` (an Event or a callable) checked between pieces raises TokenizeCancelled once set."""
         parts = [text]
         if len(text) > 2 * chunking.CHUNK_CHARS and (not add_special or self._bos_only()):
             parts = chunking.pieces(text, chunking.cut_points(text, self._specials(parse_special)))
@@ -254,9 +253,9 @@ class Model:
         for i, part in enumerate(parts):
             if stopped is not None and stopped():
                 raise TokenizeCancelled("tokenisation was abandoned: the request was cancelled")
-            room = None if limit is None else limit - len(ids)
             try:
-                ids += self._tokenize(part, add_special and i == 0, parse_special, room)
+                ids += self._tokenize(part, add_special and i == 0, parse_special,
+                                      None if limit is None else limit - len(ids))
             except ContextFullError:
                 if len(parts) == 1:
                     raise
@@ -273,9 +272,8 @@ class Model:
             raise ContextFullError(f"the prompt is {abs(n)} tokens but the context holds {self.n_ctx}; "
                                    "shorten it or load the pair with a larger context")
         if n < 0:
-            cap = -n
-            buf = (L.llama_token * cap)()
-            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+            buf = (L.llama_token * -n)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, -n, add_special, parse_special)
         return list(buf[:n])
 
     def _bos_only(self) -> bool:
@@ -285,10 +283,7 @@ class Model:
 
     def _specials(self, parse_special: bool) -> Optional[chunking.Specials]:
         if parse_special not in self._special_cache:
-            attrs = [(i, L.llama_vocab_get_attr(self.vocab, i)) for i in range(self.n_vocab)]
-            wanted = chunking.ATTR_CONTROL | chunking.ATTR_USER_DEFINED | chunking.ATTR_UNKNOWN
-            tokens = [(self.token_text(i), a) for i, a in attrs if a & wanted]
-            self._special_cache[parse_special] = chunking.specials(tokens, parse_special)
+            self._special_cache[parse_special] = chunking.vocab_specials(self.vocab, self.n_vocab, parse_special)
         return self._special_cache[parse_special]
 
     def is_control(self, token: int) -> bool:

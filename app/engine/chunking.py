@@ -66,6 +66,16 @@ def specials(tokens: Iterable[tuple[str, int]], parse_special: bool) -> Optional
                     re.compile("[" + "".join(re.escape(c) for c in sorted(firsts)) + "]"), frozenset(lstrip))
 
 
+def vocab_specials(vocab, n_vocab: int, parse_special: bool) -> Optional[Specials]:
+    """:func:`specials` of a loaded llama.cpp vocabulary (the attributes of every token, read once)."""
+    import llama_cpp as L
+
+    wanted = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN
+    attrs = ((i, L.llama_vocab_get_attr(vocab, i)) for i in range(n_vocab))
+    return specials((((L.llama_vocab_get_text(vocab, i) or b"").decode("utf-8", "surrogateescape"), a)
+                     for i, a in attrs if a & wanted), parse_special)
+
+
 def cut_points(text: str, sp: Optional[Specials], every: int = CHUNK_CHARS) -> list[int]:
     """Positions where ``text`` can be cut (each at least ``every`` characters after the last) so that its
     pieces, tokenised one by one, give the ids of the whole text."""

@@ -10,6 +10,7 @@ median of the per-prompt speedups, each taken between runs that were interleaved
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 from dataclasses import dataclass, field, fields, replace
@@ -107,17 +108,14 @@ def _decode_lines(raw: bytes, source: str) -> list[str]:
 
 def _has_surrogate(value) -> bool:
     """Whether a JSON value holds a lone surrogate (``"\\ud800"``): JSON allows it, UTF-8 cannot encode it."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-            return False
-        except UnicodeEncodeError:
-            return True
     if isinstance(value, dict):
         return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
     if isinstance(value, list):
         return any(_has_surrogate(v) for v in value)
-    return False
+    return isinstance(value, str) and _SURROGATE.search(value) is not None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
