@@ -127,3 +127,17 @@ def test_check_devices_lists_the_valid_ones():
     for bad in ("NOPE", "", "CPU\x00x"):
         with pytest.raises(rpc.RpcError, match="this machine has: CPU"):
             rpc.check_devices([bad])
+
+
+def test_a_server_that_cannot_start_ends_its_run():
+    if not rpc.supported():
+        pytest.fail("this llama.cpp build has no RPC backend")
+    with pytest.raises(rpc.RpcError, match="no device 'NOPE'"):
+        rpc.start("127.0.0.1", 1, ["NOPE"])  # raised here, before any thread
+    with socket.socket() as held:  # the port is taken: llama.cpp cannot listen, the run ends
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        code = (f"from app.engine import rpc; s = rpc.start('127.0.0.1', {held.getsockname()[1]}, ['CPU'], 1); "
+                "print('ended' if s.ended.wait(60) else 'alive', s.error)")
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "ended None" in out.stdout and "alive" not in out.stdout, out.stdout + out.stderr

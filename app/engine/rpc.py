@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import socket
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -250,6 +251,35 @@ def check_devices(names: Sequence[str] = ()) -> list[str]:
                            + ", ".join(f"{d.name} ({d.description})" for d in known)
                            + " (`launcher.py worker --list-devices` lists them)")
     return list(names)
+
+
+@dataclass
+class Served:
+    """A server started by :func:`start`: ``ended`` is set when it stops for any reason (llama.cpp could not
+    start it, or an error, kept in ``error``), so that the caller can exit non-zero instead of living on with
+    nothing listening."""
+
+    ended: threading.Event
+    error: Optional[BaseException] = None
+
+
+def start(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
+          cache_dir: Optional[str] = None) -> Served:
+    """Check the devices (:func:`check_devices`: a bad name raises here, before anything listens), then run
+    :func:`serve` on a daemon thread (the server blocks in C; the main thread stays free for signals)."""
+    names = check_devices(names)
+    served = Served(threading.Event())
+
+    def run() -> None:
+        try:
+            serve(host, port, names, threads, cache_dir)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, which exits with it
+            served.error = exc
+        finally:
+            served.ended.set()
+
+    threading.Thread(target=run, daemon=True, name="rpc-server").start()
+    return served
 
 
 def serve(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
