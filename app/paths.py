@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 import platformdirs
+
+from app.engine.errors import TandemError
 
 APP_NAME = "tandem"
 
@@ -34,22 +38,185 @@ def downloads_dir() -> Path:
     return sub("downloads")
 
 
+STALE_TEMP_S = 3600  # a temporary download folder this old, or whose process is gone, is left over
+
+
+def download_temp() -> Path:
+    """A fresh temporary folder for one download, under ``downloads/tmp/`` and named after this process, so
+    that :func:`clean_stale_downloads` can tell a killed download's leftovers from a running one."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"pid{os.getpid()}-", dir=sub("downloads/tmp")))
+
+
+def clean_stale_downloads(max_age_s: float = STALE_TEMP_S) -> list[Path]:
+    """Remove what killed downloads left: folders in ``downloads/tmp/`` whose process is gone (or, when no
+    process is named, older than ``max_age_s``), and the ``downloads/tmp*`` folders of earlier versions older
+    than that. Returns what was removed; run at start and before each download."""
+    import shutil
+
+    removed = []
+    now = time.time()
+    candidates = [d for d in downloads_dir().glob("tmp?*") if d.is_dir()]
+    candidates += [d for d in (downloads_dir() / "tmp").glob("*") if d.is_dir()]
+    for d in candidates:
+        owner = d.name[3:].split("-", 1)[0] if d.name.startswith("pid") else ""
+        try:
+            age = now - d.stat().st_mtime
+        except OSError:
+            continue
+        stale = not _alive(int(owner)) if owner.isdigit() else age > max_age_s
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+class OutputPathError(TandemError, ValueError):
+    """An output file that cannot be written; raised before the work that would fill it."""
+
+    hint, status, code = "give a path to a file in a folder you can write", 400, "output_path"
+
+
+def check_writable(path: Path | str) -> Path:
+    """``path`` as an output file, checked before a long run: its folder exists and takes a new file, and the
+    file itself, when it exists, is a file that can be written (nothing is created or truncated here)."""
+    import tempfile
+
+    path = Path(path).expanduser()
+    where = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OutputPathError(f"cannot write {path}: it is a folder; give a file name")
+    if not where.is_dir():
+        raise OutputPathError(f"cannot write {path}: the folder {where} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".tandem-check-"):
+            pass
+        if path.exists():
+            with open(path, "r+b"):
+                pass
+    except OSError as exc:
+        raise OutputPathError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def settings_file() -> Path:
     return home() / "settings.json"
 
 
+def warn(message: str) -> None:
+    """One line on stderr about a file the app could not use and what it did instead; kept for the UI too."""
+    _warnings.append(message)
+    print(f"[tandem] warning: {message}", file=sys.stderr, flush=True)
+
+
+def warnings() -> list[str]:
+    """The warnings of this process so far (oldest first)."""
+    return list(_warnings)
+
+
+_warnings: list[str] = []
+
+
+def move_aside(path: Path, why: str) -> Path:
+    """Rename an unreadable store to ``<name>.corrupt-<timestamp>`` (never delete what a user might want back)
+    and say so in one line naming both files; returns the new path."""
+    path = Path(path)
+    dest = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = dest.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+    os.replace(path, dest)
+    warn(f"{path} is unreadable ({why}); moved it to {dest.name}")
+    return dest
+
+
+def backup_of(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + ".bak")
+
+
 def read_json(path: Path) -> dict:
-    """A JSON object stored by ``write_json``; ``{}`` when the file is missing, unreadable or not an object."""
+    """A JSON object stored by ``write_json``; ``{}`` when the file is missing. A file that does not parse (cut
+    short, overwritten) is moved aside with a warning and the last good copy (``<name>.bak``, written by every
+    save) is put back in its place, so nothing is silently dropped and the next save does not shrink it."""
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except OSError as exc:
+        warn(f"cannot read {path} ({exc.strerror or exc}); using no saved data this time")
+        return {}
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        return data
+    except ValueError as exc:
+        move_aside(path, _short(exc))
+    backup = backup_of(path)
+    try:
+        data = json.loads(backup.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError):
+        warn(f"no good backup of {path.name}: starting it empty")
+        return {}
+    _write_atomic(path, backup.read_bytes())
+    warn(f"restored {path.name} from {backup.name}")
+    return data
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:120]
 
 
 def write_json(path: Path, data: dict, indent: int = 1, sort_keys: bool = False) -> None:
-    """Write ``data`` atomically: a sibling temporary file, then one rename (readers never see half a file)."""
+    """Write ``data`` atomically (a sibling temporary file, flushed to disk, then one rename: readers never see
+    half a file, a crash leaves the old or the new one) and keep the same bytes as ``<name>.bak``."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=indent, sort_keys=sort_keys), encoding="utf-8")
-    os.replace(tmp, path)
+    raw = json.dumps(data, indent=indent, sort_keys=sort_keys).encode("utf-8")
+    _write_atomic(path, raw)
+    _write_atomic(backup_of(path), raw)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """A text file written as ``write_json`` writes (temporary file, fsync, rename), without a backup."""
+    _write_atomic(Path(path), text.encode("utf-8"))
+
+
+def _write_atomic(path: Path, raw: bytes) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:  # the rename itself reaches the disk with the directory
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

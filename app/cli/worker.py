@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         for d in devices.local_devices():
             print(f"{d.name}: {d.description} ({d.kind}, {d.free / 2**30:.1f} of {d.total / 2**30:.1f} GiB free)")
         return 0
+    args.device = rpc.check_devices(args.device)  # a bad name fails here, before anything listens
     if args.host not in rpc.LOOPBACK:
         print(WARNING.format(host=args.host, port=args.port), file=sys.stderr, flush=True)
     # llama.cpp only prints "Failed to create server socket"; find out first, and say why.

@@ -12,11 +12,12 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import llama_cpp as L
 import numpy as np
 
+from app.engine import chunking
 from app.engine.errors import TandemError
 from app.engine.placement import Placement, parse as parse_placement
 from app.engine.vocab import VOCAB_TYPES, VocabInfo
@@ -48,6 +49,13 @@ class ContextFullError(BackendError):
         """The error for a prompt of ``n_tokens`` past a context of ``n_ctx``."""
         return cls(f"the prompt is {n_tokens} tokens but the context holds {n_ctx}; "
                    "shorten it or load the pair with a larger context")
+
+
+class TokenizeCancelled(BackendError):
+    """Tokenisation was abandoned because the caller's cancel signal was set (the client left)."""
+
+
+Cancel = Optional[Union[threading.Event, Callable[[], bool]]]
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
@@ -148,6 +156,7 @@ class Model:
             raise BackendError(f"llama.cpp could not load {self.path.name}: not a valid GGUF model file?")
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self._special_cache: dict[bool, Optional[chunking.Specials]] = {}
         self.n_ctx_train = L.llama_model_n_ctx_train(self.model)
 
     def placement(self) -> Placement:
@@ -243,10 +252,30 @@ class Model:
     # --- tokenizer -----------------------------------------------------------------------------------
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True,
-                 limit: Optional[int] = None) -> list[int]:
+                 limit: Optional[int] = None, cancel: Cancel = None) -> list[int]:
         """Token ids of ``text``; ``parse_special`` turns the text of control tokens (``<|im_end|>``) into those
-        tokens, so pass False for anything a user wrote. With ``limit``, more tokens than that raise
-        ContextFullError before any list of them is built (a huge prompt costs no more than the limit)."""
+        tokens, so pass False for anything a user wrote. More tokens than ``limit`` raise ContextFullError. A long
+        text goes in pieces cut where llama.cpp splits anyway (``chunking``): the same ids in linear time, and
+        ``cancel`` (an Event or a callable) checked between pieces raises TokenizeCancelled once set."""
+        parts = [text]
+        if len(text) > 2 * chunking.CHUNK_CHARS and (not add_special or self._bos_only()):
+            parts = chunking.pieces(text, chunking.cut_points(text, self._specials(parse_special)))
+        stopped = getattr(cancel, "is_set", cancel)
+        ids: list[int] = []
+        for i, part in enumerate(parts):
+            if stopped is not None and stopped():
+                raise TokenizeCancelled("tokenisation was abandoned: the request was cancelled")
+            try:
+                ids += self._tokenize(part, add_special and i == 0, parse_special,
+                                      None if limit is None else limit - len(ids))
+            except ContextFullError:
+                if len(parts) == 1:
+                    raise
+                raise ContextFullError(f"the prompt is more than {limit} tokens but the context holds {self.n_ctx}; "
+                                       "shorten it or load the pair with a larger context") from None
+        return ids
+
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool, limit: Optional[int]) -> list[int]:
         data = text.encode("utf-8")
         cap = len(data) + 16 if limit is None else min(len(data) + 16, limit + 1)
         buf = (L.llama_token * cap)()
@@ -254,10 +283,19 @@ class Model:
         if limit is not None and (n < 0 and -n > limit or n > limit):
             raise ContextFullError.prompt(abs(n), self.n_ctx)
         if n < 0:
-            cap = -n
-            buf = (L.llama_token * cap)()
-            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+            buf = (L.llama_token * -n)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, -n, add_special, parse_special)
         return list(buf[:n])
+
+    def _bos_only(self) -> bool:
+        """Whether ``add_special`` adds only a BOS at the start (SPM, BPE, UGM, RWKV, PLaMo-2 without add-EOS),
+        so that a text tokenised in pieces needs it on the first piece alone."""
+        return L.llama_vocab_type(self.vocab) in (1, 2, 4, 5, 6) and not self.add_eos
+
+    def _specials(self, parse_special: bool) -> Optional[chunking.Specials]:
+        if parse_special not in self._special_cache:
+            self._special_cache[parse_special] = chunking.vocab_specials(self.vocab, self.n_vocab, parse_special)
+        return self._special_cache[parse_special]
 
     def is_control(self, token: int) -> bool:
         return bool(L.llama_vocab_is_control(self.vocab, token))
@@ -287,6 +325,10 @@ class Model:
     @property
     def add_bos(self) -> bool:
         return bool(L.llama_vocab_get_add_bos(self.vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(L.llama_vocab_get_add_eos(self.vocab))
 
     def vocab_info(self) -> VocabInfo:
         return VocabInfo(

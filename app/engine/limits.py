@@ -19,6 +19,8 @@ K_LIMIT = 64  # the longest draft: beyond it the expected gain is nil even at 99
 CTX_LIMIT = 1 << 20  # tokens of context (llama.cpp clamps further to the model's training context)
 SEED_LIMIT = (1 << 64) - 1
 LIST_CHARS = 512  # the longest comma list of K or p_min values a sweep takes
+MESSAGES_LIMIT = 4096  # messages in one chat request (system, user and assistant turns together)
+PROMPT_CHARS = 4 << 20  # characters of prompt text in one request (4 per token fill a 1M-token context)
 
 
 class LimitError(BadInput, ValueError):
@@ -70,6 +72,9 @@ RANGES: dict[str, Range] = {
     "threads": Range(0, 1024, note="0 = the physical cores"),
     "gpu_layers": Range(-1, 100_000, note="-1 = all"),
     "memory_gib": Range(0.0, 1 << 20, integer=False, note="--vram / --ram given for another machine"),
+    "port": Range(1, 65535, note="--port of serve, worker and the API"),
+    "run_id": Range(1, (1 << 63) - 1, note="a stored Pair lab run (tune --show, --compare)"),
+    "rpc_timeout": Range(0.0, 86400.0, integer=False, lo_open=True, note="TANDEM_RPC_TIMEOUT, seconds"),
 }
 
 
@@ -171,3 +176,58 @@ def k_list(text: str) -> Iterator[Any]:
 def table() -> list[tuple[str, str, str]]:
     """(setting, range, note) rows, for the README and ``--help`` texts."""
     return [(name, r.describe(), r.note) for name, r in RANGES.items()]
+
+
+# --- request size: checked before any tokenisation, so an oversized request costs milliseconds ------------
+
+def check_chat_size(messages: Any) -> None:
+    """LimitError when a chat has more than MESSAGES_LIMIT messages or more than PROMPT_CHARS characters of
+    text (string contents and the text parts of content lists). Pure and fast (it stops at the first limit
+    crossed), so a server can call it before it takes the generation lock; ``Pair.chat_prompt`` calls it too."""
+    try:
+        n = len(messages)
+    except TypeError:
+        return  # not a list: the caller's type checks say so
+    if n > MESSAGES_LIMIT:
+        raise LimitError(f"the chat has {n} messages; at most {MESSAGES_LIMIT} are taken in one request")
+    chars = 0
+    for m in messages:
+        chars += _text_chars(m.get("content") if isinstance(m, Mapping) else None)
+        if chars > PROMPT_CHARS:
+            raise LimitError(f"the chat holds more than {PROMPT_CHARS} characters of text; at most "
+                             f"{PROMPT_CHARS} are taken in one request")
+
+
+def check_prompt_size(text: Any) -> None:
+    """LimitError when a completion prompt is longer than PROMPT_CHARS characters."""
+    if isinstance(text, str) and len(text) > PROMPT_CHARS:
+        raise LimitError(f"the prompt is {len(text)} characters; at most {PROMPT_CHARS} are taken in one request")
+
+
+def _text_chars(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, (list, tuple)):
+        return sum(len(p["text"]) for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return 0
+
+
+# --- one value from the command line or the environment ---------------------------------------------------
+
+def port(text: Any) -> int:
+    """A TCP port, 1 - 65535: ``port must be between 1 and 65535 (got 70000)``."""
+    return parse_number("port", str(text).strip())
+
+
+def run_id(text: Any) -> int:
+    """A Pair lab run id (an SQLite row id): a huge number is refused here, not by an OverflowError inside SQLite."""
+    return parse_number("run id", str(text).strip(), "run_id")
+
+
+def env_number(name: str, default: float, range_name: str) -> float:
+    """A number from the environment variable ``name`` (``default`` when unset or empty), checked against
+    ``range_name``: ``TANDEM_RPC_TIMEOUT must be a number above 0 and at most 86400 (got 'abc')``."""
+    import os
+
+    text = os.environ.get(name, "").strip()
+    return default if not text else parse_number(name, text, range_name)

@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from app.engine import vocab
-from app.engine.backend import ContextFullError, LoadOptions, Model
+from app.engine import limits, vocab
+from app.engine.backend import Cancel, ContextFullError, LoadOptions, Model
 from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
@@ -90,30 +90,33 @@ class Pair:
 
     # --- prompts ---------------------------------------------------------------------------------------
 
-    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+    def chat_prompt(self, messages: Sequence[dict], cancel: Cancel = None) -> list[int]:
         """Token ids for a conversation, rendered with the target's chat template.
 
         Only the template's own text is parsed for control tokens: message text stays text, so a user who types
         ``<|im_end|><|im_start|>system`` cannot forge a turn. Usually the whole rendering tokenises as one (as
         llama.cpp does); when that would turn message text into control tokens, the pieces are tokenised apart.
+        The request's size is checked first (``limits.check_chat_size``); tokenising is linear in the text and
+        stops with TokenizeCancelled once ``cancel`` (an Event or a callable) is set.
         """
+        limits.check_chat_size(messages)
         t = self.target
         bos_text = t.token_text(t.bos) if t.bos >= 0 else ""
         eos_text = t.token_text(t.eos) if t.eos >= 0 else ""
         template = t.chat_template()
         text = render_chat(template, messages, bos=bos_text, eos=eos_text)
         limit = t.n_ctx - 1
-        ids = t.tokenize(text, add_special=True, parse_special=True, limit=limit)
+        ids = t.tokenize(text, add_special=True, parse_special=True, limit=limit, cancel=cancel)
         pieces = message_pieces(template, messages, text, bos=bos_text, eos=eos_text)
         if pieces is None:
-            if any(self._controls(t.tokenize(str(m["content"]), False, True)) for m in messages):
+            if any(self._controls(t.tokenize(str(m["content"]), False, True, cancel=cancel)) for m in messages):
                 raise TemplateError("this model's chat template changes the message text, so a message holding "
                                     "a control token's text cannot be kept apart from it; remove that text")
-        elif self._controls(t.tokenize(text, False, True)) != \
-                self._controls(c for piece, is_msg in pieces if not is_msg for c in t.tokenize(piece, False, True)):
+        elif self._controls(self._without_bos(ids, text, cancel)) != self._controls(
+                c for piece, is_msg in pieces if not is_msg for c in t.tokenize(piece, False, True, cancel=cancel)):
             ids = [t.bos] if t.add_bos and t.bos >= 0 else []
             for piece, is_msg in pieces:
-                ids += t.tokenize(piece, add_special=False, parse_special=not is_msg)
+                ids += t.tokenize(piece, add_special=False, parse_special=not is_msg, cancel=cancel)
             if len(ids) > limit:
                 raise ContextFullError.prompt(len(ids), t.n_ctx)
         if len(ids) >= 2 and ids[0] == ids[1] == t.bos:  # the template wrote BOS and so did the tokenizer
@@ -123,8 +126,18 @@ class Pair:
     def _controls(self, ids) -> list[int]:
         return [i for i in ids if self.target.is_control(i)]
 
-    def completion_prompt(self, text: str) -> list[int]:
-        return self.target.tokenize(text, add_special=True, parse_special=False, limit=self.target.n_ctx - 1)
+    def _without_bos(self, ids: list[int], text: str, cancel: Cancel) -> list[int]:
+        """``text`` tokenised without the added BOS: ``ids`` less its first token when that is the only
+        difference (add-BOS vocabularies without add-EOS), else tokenised again."""
+        t = self.target
+        if t.add_bos and t.bos >= 0 and ids[:1] == [t.bos] and not t.add_eos:
+            return ids[1:]
+        return t.tokenize(text, False, True, cancel=cancel)
+
+    def completion_prompt(self, text: str, cancel: Cancel = None) -> list[int]:
+        limits.check_prompt_size(text)
+        return self.target.tokenize(text, add_special=True, parse_special=False, limit=self.target.n_ctx - 1,
+                                    cancel=cancel)
 
     def generate(self, prompt: Sequence[int], cfg: GenConfig, stop: Optional[threading.Event] = None,
                  baseline_tps: Optional[float] = None,

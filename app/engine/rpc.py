@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import socket
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -33,6 +34,8 @@ DEFAULT_PORT = 50052  # rpc-server's default
 CMD_GET_DEVICE_MEMORY, CMD_HELLO, CMD_DEVICE_COUNT = 11, 14, 15
 CAPS_SIZE = 24  # RPC_CONN_CAPS_SIZE: all zero asks for plain TCP
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_DEVICES = 16  # devices one worker may report; llama.cpp's workers lend a handful (a larger count is garbage)
+MAX_BYTES = 1 << 50  # a device's memory as a worker reports it (1 PiB): anything larger is garbage
 
 
 class RpcError(BackendError):
@@ -55,6 +58,10 @@ class VersionMismatch(RpcError):
 
 class WorkerLost(RpcError):
     """A worker stopped answering while the split target was loaded or generating."""
+
+
+class BadReply(RpcError):
+    """A worker's reply is out of any sane bound (a device count, a memory size): not a llama.cpp worker."""
 
 
 @dataclass(frozen=True)
@@ -166,10 +173,19 @@ def probe(endpoint: str, timeout: float = 5.0) -> Worker:
                 "machines")
         try:
             (count,) = struct.unpack("<I", _call(sock, CMD_DEVICE_COUNT, b"", 4))
+            if count > MAX_DEVICES:
+                raise BadReply(f"RPC worker {endpoint} reports {count} devices (at most {MAX_DEVICES} expected): "
+                               "not a working llama.cpp RPC server; check the address")
             found = []
             for i in range(count):
                 free, total = struct.unpack("<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16))
+                if free >= MAX_BYTES or total >= MAX_BYTES:
+                    raise BadReply(f"RPC worker {endpoint} reports {max(free, total)} bytes of memory on device "
+                                   f"{i} (below 2^50 expected): not a working llama.cpp RPC server")
                 found.append(RemoteDevice(endpoint, i, free, total))
+        except socket.timeout:
+            raise WorkerLost(f"RPC worker {endpoint} did not answer within {timeout:.0f} s while listing its "
+                             "devices") from None
         except (OSError, ValueError) as exc:
             raise WorkerLost(f"RPC worker {endpoint} stopped answering while listing its devices ({exc})") from None
     return Worker(endpoint, version, tuple(found))  # type: ignore[arg-type]
@@ -220,23 +236,61 @@ def register(endpoints: Sequence[str]) -> int:
     return n
 
 
-def serve(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
-          cache_dir: Optional[str] = None) -> None:
-    """Run llama.cpp's RPC server on ``host:port`` with the devices ``names`` (``devices.local_devices`` lists
-    them; default: every GPU, else the CPU, as ``rpc-server`` picks). Blocks for as long as the server runs;
-    returns only when llama.cpp could not start it (the port in use, a bad device)."""
+def check_devices(names: Sequence[str] = ()) -> list[str]:
+    """The devices a worker will lend: ``names`` checked against ggml's device registry (the names
+    ``devices.local_devices`` lists, matched without regard to case as ggml does), or by default every GPU,
+    else the CPU, as ``rpc-server`` picks. Raises RpcError naming the bad device and listing the valid ones;
+    call it before starting the server, so a typo fails at once instead of in the server's thread."""
     require()
     g = devices.ggml()
     known = devices.local_devices()
-    names = list(names) or [d.name for d in known if d.kind not in ("cpu", "accel")] or \
-        [d.name for d in known if d.kind == "cpu"][:1]
-    ptrs = []
+    if not names:
+        return [d.name for d in known if d.kind not in ("cpu", "accel")] or \
+            [d.name for d in known if d.kind == "cpu"][:1]
     for name in names:
-        dev = g.ggml_backend_dev_by_name(name.encode())
-        if not dev:
+        if not name or "\x00" in name or not g.ggml_backend_dev_by_name(name.encode("utf-8", "replace")):
             raise RpcError(f"no device {name!r} here; this machine has: "
-                           + ", ".join(f"{d.name} ({d.description})" for d in known))
-        ptrs.append(dev)
+                           + ", ".join(f"{d.name} ({d.description})" for d in known)
+                           + " (`launcher.py worker --list-devices` lists them)")
+    return list(names)
+
+
+@dataclass
+class Served:
+    """A server started by :func:`start`: ``ended`` is set when it stops for any reason (llama.cpp could not
+    start it, or an error, kept in ``error``), so that the caller can exit non-zero instead of living on with
+    nothing listening."""
+
+    ended: threading.Event
+    error: Optional[BaseException] = None
+
+
+def start(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
+          cache_dir: Optional[str] = None) -> Served:
+    """Check the devices (:func:`check_devices`: a bad name raises here, before anything listens), then run
+    :func:`serve` on a daemon thread (the server blocks in C; the main thread stays free for signals)."""
+    names = check_devices(names)
+    served = Served(threading.Event())
+
+    def run() -> None:
+        try:
+            serve(host, port, names, threads, cache_dir)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, which exits with it
+            served.error = exc
+        finally:
+            served.ended.set()
+
+    threading.Thread(target=run, daemon=True, name="rpc-server").start()
+    return served
+
+
+def serve(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
+          cache_dir: Optional[str] = None) -> None:
+    """Run llama.cpp's RPC server on ``host:port`` with the devices ``names`` (checked by
+    :func:`check_devices`). Blocks for as long as the server runs; returns only when llama.cpp could not
+    start it (the port in use)."""
+    g = devices.ggml()
+    ptrs = [g.ggml_backend_dev_by_name(name.encode()) for name in check_devices(names)]
     start = _proc(g, "ggml_backend_rpc_start_server", None,
                   [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
                    ctypes.POINTER(ctypes.c_void_p)])

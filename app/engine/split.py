@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import llama_cpp as L
 import numpy as np
 
-from app.engine import backend, rpc
+from app.engine import backend, limits, rpc
 from app.engine.backend import BackendError, LoadOptions, Model
 from app.engine.loop import DEFAULT_K_MAX
 from app.engine.placement import Placement
@@ -38,7 +38,7 @@ from app.engine.placement import Placement
 # Logits rows the shared memory holds: a verify pass at auto K's default ceiling (16 + 1); a larger K sends its
 # rows through the pipe. Kept small for containers' 64 MiB /dev/shm (a 262k vocabulary: 18 MiB).
 ROWS = DEFAULT_K_MAX + 1
-TIMEOUT = float(os.environ.get("TANDEM_RPC_TIMEOUT", "120"))
+TIMEOUT = 120.0  # seconds per pass unless TANDEM_RPC_TIMEOUT says otherwise (read when a split is loaded)
 START_TIMEOUT = 600.0  # loading sends every remote layer over the network
 # The errors the child hands back as their own class (any other: a BackendError with its message).
 RELAYED = (backend.ContextFullError, backend.RollbackError, rpc.WorkerUnreachable, rpc.VersionMismatch,
@@ -52,6 +52,7 @@ class SplitTarget(Model):
     def _open(self, options: LoadOptions) -> None:
         if os.name == "nt":  # the child gets its socket through pass_fds
             raise rpc.RpcError("a target split over RPC workers needs Linux or macOS on this machine for now")
+        self._timeout = limits.env_number("TANDEM_RPC_TIMEOUT", TIMEOUT, "rpc_timeout")  # 'abc': one error
         self.workers = rpc.probe_all(options.rpc)  # unreachable, busy, wrong version: said before loading
         rpc.require()
         mparams = L.llama_model_default_params()
@@ -120,7 +121,7 @@ class SplitTarget(Model):
             self._conn.send(msg)
         except OSError:
             self._fail(None)
-        return self._reply(TIMEOUT)
+        return self._reply(self._timeout)
 
     def _reply(self, timeout: float):
         """The child's answer (its error raised here as the same class), watching that it stays alive."""

@@ -11,8 +11,11 @@ from app import paths
 BASELINE_FILE = "baselines.json"
 
 
-def _file():
+def baseline_path():
     return paths.home() / BASELINE_FILE
+
+
+_file = baseline_path
 
 
 def get(key: str) -> Optional[dict]:

@@ -10,6 +10,7 @@ median of the per-prompt speedups, each taken between runs that were interleaved
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 from dataclasses import dataclass, field, fields, replace
@@ -58,6 +59,9 @@ def parse_prompts(lines: Sequence[str], source: str) -> list[Prompt]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PromptFileError(f"{source}:{n}: not valid JSON ({exc.msg})") from None
+        if _has_surrogate(obj):
+            raise PromptFileError(f"{source}:{n}: holds a lone surrogate escape (such as \\ud800), which is not "
+                                  "text; remove it")
         if not isinstance(obj, dict) or ("prompt" in obj) == ("messages" in obj):
             raise PromptFileError(f'{source}:{n}: each line needs exactly one of "prompt" or "messages"')
         if "prompt" in obj and not isinstance(obj["prompt"], str):
@@ -86,9 +90,34 @@ def load_prompts(path: Optional[str | Path] = None, category: str = "all") -> li
         return builtin_suite(category)
     path = Path(path)
     try:
-        return parse_prompts(path.read_text(encoding="utf-8").splitlines(), str(path))
+        raw = path.read_bytes()
     except OSError as exc:
         raise PromptFileError(f"cannot read prompts file {path}: {exc.strerror}") from None
+    return parse_prompts(_decode_lines(raw, str(path)), str(path))
+
+
+def _decode_lines(raw: bytes, source: str) -> list[str]:
+    """The lines of a UTF-8 file; bytes that are not UTF-8 are an error naming the line and column."""
+    lines = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise PromptFileError(f"{source}:{n}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                                  f"{exc.start + 1}); save the file as UTF-8") from None
+    return lines
+
+
+def _has_surrogate(value) -> bool:
+    """Whether a JSON value holds a lone surrogate (``"\\ud800"``): JSON allows it, UTF-8 cannot encode it."""
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v) for v in value)
+    return isinstance(value, str) and _SURROGATE.search(value) is not None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass

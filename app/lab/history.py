@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sqlite3
+import threading
 import time
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -83,11 +84,51 @@ def artifacts_root() -> Path:
     return paths.sub("pairlab")
 
 
+# SQLite's result codes for a file that is not (or no longer) a whole database; a locked, read-only or full
+# database is an OperationalError with another code and is never moved aside.
+_CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_checked: dict[str, Optional[str]] = {}  # database path -> the notice of its check, once per process
+_check_lock = threading.Lock()
+
+
 class History:
     def __init__(self, path: Optional[Path] = None):
         self.path = Path(path) if path else paths.home() / DB_FILE
-        with self._db() as db:
-            db.executescript(_SCHEMA)
+        self.notice = self._open()  # set when an unreadable database was moved aside and a fresh one started
+
+    def _open(self) -> Optional[str]:
+        """Create the tables; the first time in this process, also check the file (``PRAGMA quick_check``). A
+        file that is cut short or not a database is renamed ``pairlab.sqlite.corrupt-<time>`` with a warning
+        naming it, and a fresh history starts in its place: the app starts either way."""
+        key = str(self.path.resolve())
+        with _check_lock:
+            if key in _checked:
+                with self._db() as db:
+                    db.executescript(_SCHEMA)
+                return _checked[key]
+            try:
+                with self._db() as db:
+                    db.executescript(_SCHEMA)
+                    verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+                if verdict != "ok":
+                    raise sqlite3.DatabaseError(f"integrity check: {verdict}")
+                notice = None
+            except sqlite3.DatabaseError as exc:
+                if isinstance(exc, sqlite3.OperationalError) and \
+                        getattr(exc, "sqlite_errorcode", None) not in _CORRUPT_CODES:
+                    raise  # locked, read-only, disk full: not the file's fault, keep it
+                moved = paths.move_aside(self.path, str(exc).splitlines()[0][:120])
+                for suffix in ("-wal", "-shm", "-journal"):
+                    side = self.path.with_name(self.path.name + suffix)
+                    if side.exists():
+                        os.replace(side, moved.with_name(moved.name + suffix))
+                with self._db() as db:
+                    db.executescript(_SCHEMA)
+                notice = f"the Pair lab history started fresh: {self.path.name} was unreadable and is kept as " \
+                         f"{moved.name}"
+                paths.warn(notice)
+            _checked[key] = notice
+            return notice
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -152,7 +193,10 @@ class History:
         return [self._summary(r) for r in rows]
 
     def get(self, run_id: int) -> Optional[dict]:
-        """Everything stored about a run; ``result`` is the sweep's dict (None while running)."""
+        """Everything stored about a run; ``result`` is the sweep's dict (None while running, None for an id
+        that cannot be a row id, such as 99999999999999999999999)."""
+        if isinstance(run_id, bool) or not isinstance(run_id, int) or not 0 < run_id < 1 << 63:
+            return None
         with self._db() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:

@@ -73,15 +73,14 @@ def discover(pair: Pair, on_skip: Optional[Callable[[str, str], None]] = None) -
     """Every installed model that can draft for the pair's target, as candidates; verdicts are cached per
     (target, file) in ``TANDEM_HOME/pairlab/compat.json``."""
     cache_path = artifacts_root() / COMPAT_CACHE
-    try:
-        cache = json.loads(cache_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cache = {}
-    verdicts = cache.setdefault(_file_key(Path(pair.target.path)), {})
+    cache = paths.read_json(cache_path)  # a cut file is moved aside with a warning, never silently dropped
+    verdicts = cache.get(_file_key(Path(pair.target.path)))
+    if not isinstance(verdicts, dict):
+        verdicts = cache[_file_key(Path(pair.target.path))] = {}
     found, changed, target_vocab = [], False, None
     for path in installed_files(pair):
         key = _file_key(path)
-        if key not in verdicts:
+        if not (isinstance(verdicts.get(key), list) and len(verdicts[key]) == 2):
             target_vocab = target_vocab or pair.target.vocab_info()
             verdicts[key], changed = list(_verdict(pair, target_vocab, path)), True
         ok, reason = verdicts[key]
@@ -90,7 +89,7 @@ def discover(pair: Pair, on_skip: Optional[Callable[[str, str], None]] = None) -
         elif on_skip:
             on_skip(path.name, reason)
     if changed:
-        cache_path.write_text(json.dumps(cache, indent=1), encoding="utf-8")
+        paths.write_json(cache_path, cache, indent=1)
     return found
 
 

@@ -77,9 +77,9 @@ def describe(ref: str, cat: Optional[Catalog] = None, offline: bool = False) -> 
             raise CompatError(f"{ref}: {exc}") from None
     try:
         v = meta.vocab_info(got.header)
+        m = meta.model_meta(got.header, got.file_size, v)
     except GGUFError as exc:
         raise CompatError(f"{ref}: {exc}") from None
-    m = meta.model_meta(got.header, got.file_size, v)
     where = "hub header (kept copy)" if got.cached else "hub header"
     return v, m, Side(ref, entry.id, where, None, got.bytes_read, m.to_dict())
 

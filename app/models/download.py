@@ -10,6 +10,7 @@ into the models directory.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,22 @@ def remote_file(repo: str, filename: str, revision: str = "main") -> RemoteFile:
                       sha)
 
 
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+def check_repo_file(repo: str, filename: str) -> None:
+    """DownloadError unless ``repo`` is a Hub repository id (``owner/name``) and ``filename`` a ``.gguf`` path
+    inside it: no ``..``, no absolute path, no control characters (``models pull ../x f`` is refused here)."""
+    if not isinstance(repo, str) or not _REPO.fullmatch(repo) or ".." in repo:
+        raise DownloadError(f"{str(repo)[:80]!r} is not a Hub repository id: give owner/name, for example "
+                            "bartowski/SmolLM2-135M-Instruct-GGUF")
+    parts = str(filename).replace("\\", "/").split("/")
+    if (not filename or str(filename).startswith("/") or any(p in ("", ".", "..") for p in parts)
+            or any(ord(c) < 32 for c in str(filename)) or not str(filename).lower().endswith(".gguf")):
+        raise DownloadError(f"{str(filename)[:80]!r} is not a .gguf file of the repository: give its path "
+                            "there, for example model-Q4_K_M.gguf")
+
+
 def partial_path(rf: RemoteFile) -> Path:
     tag = "".join(c for c in rf.etag if c.isalnum())[:16] or "noetag"
     return paths.sub("downloads/partial") / f"{library.slug(rf.repo)}--{library.slug(rf.filename)}.{tag}{PARTIAL_SUFFIX}"
@@ -125,8 +142,10 @@ def pull(repo: str, filename: str, revision: str = "main", progress: Optional[Pr
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
+    check_repo_file(repo, filename)
     dest = paths.models_dir() / Path(filename).name
     model_id = model_id or library.slug(Path(filename).stem)
+    paths.clean_stale_downloads()
     if fileops.is_done(dest):
         return dest
     rf = remote_file(repo, filename, revision)

@@ -58,9 +58,10 @@ def recorded_sha256(path: Path) -> Optional[str]:
 
 def mark_done(path: Path, sha256: str) -> None:
     st = path.stat()
-    tmp = manifest_path(path).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
-    os.replace(tmp, manifest_path(path))
+    from app import paths
+
+    paths.write_text_atomic(manifest_path(path),  # flushed to disk before the rename: never half a manifest
+                            json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
 
 
 def sha256_file(path: Path, label: str = "", progress: Optional[Progress] = None) -> str:

@@ -86,6 +86,72 @@ class Header:
     def get(self, key: str, default: Any = None) -> Any:
         return self.kv.get(key, default)
 
+    # Typed reads: a field of the wrong type (an overwritten or hand-made header) is a GGUFError naming the
+    # field, never a ValueError or TypeError from deep inside the code that uses it.
+
+    def integer(self, key: str, default: Any = None) -> Any:
+        """An integer field (``default`` when missing); a whole number of any width, or GGUFError."""
+        value = self.kv.get(key)
+        if value is None:
+            return default
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise GGUFError(f"metadata field {key} is {describe(value)}, not an integer: a corrupt header")
+        return int(value)
+
+    def integers(self, key: str, default: int = 0) -> int:
+        """An integer field that may also be a per-layer array (the largest value is taken)."""
+        value = self.kv.get(key)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            return int(value.max()) if value.size else default
+        if isinstance(value, (list, np.ndarray)):
+            raise GGUFError(f"metadata field {key} is {describe(value)}, not integers: a corrupt header")
+        return self.integer(key, default)
+
+    def text(self, key: str, default: Any = None) -> Any:
+        """A string field (``default`` when missing), or GGUFError."""
+        value = self.kv.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise GGUFError(f"metadata field {key} is {describe(value)}, not a string: a corrupt header")
+        return value
+
+    def flag(self, key: str, default: Any = None) -> Any:
+        """A boolean field (``default`` when missing); 0 and 1 are taken as well, anything else is GGUFError."""
+        value = self.kv.get(key)
+        if value is None:
+            return default
+        if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+            return bool(value)
+        raise GGUFError(f"metadata field {key} is {describe(value)}, not a boolean: a corrupt header")
+
+    def strings(self, key: str) -> list[str]:
+        """A string-array field ([] when missing), or GGUFError."""
+        value = self.kv.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise GGUFError(f"metadata field {key} is {describe(value)}, not a list of strings: a corrupt header")
+        return value
+
+    def alignment(self) -> int:
+        """``general.alignment`` (32 when missing or 0): a power of two, or GGUFError."""
+        align = self.integer("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT
+        if align < 0 or align & (align - 1) or align > 1 << 30:
+            raise GGUFError(f"invalid general.alignment {align} (must be a power of two)")
+        return align
+
+
+def describe(value: Any) -> str:
+    """A metadata value as an error message quotes it: its kind and, for a short one, the value."""
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    if isinstance(value, (list, np.ndarray)):
+        return f"an array of {len(value)} values"
+    if isinstance(value, (bool, np.bool_)):
+        return f"the boolean {bool(value)}"
+    return f"{type(value).__name__} {str(value)[:40]}"
+
 
 class _Cursor:
     def __init__(self, buf: bytes | memoryview):
@@ -171,9 +237,7 @@ def parse(buf: bytes | memoryview) -> Header:
             raise GGUFError(f"tensor {name!r} has {n_dims} dimensions (1 to {MAX_DIMS} expected): a corrupt header")
         shape = tuple(cur.scalar("<Q") for _ in range(n_dims))
         header.tensors.append(TensorInfo(name, shape, cur.scalar("<I"), cur.scalar("<Q")))
-    align = int(header.kv.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
-    if align & (align - 1):
-        raise GGUFError(f"invalid general.alignment {align} (must be a power of two)")
+    align = header.alignment()
     header.data_offset = (cur.pos + align - 1) // align * align
     return header
 
@@ -219,7 +283,7 @@ def check_layout(header: Header, file_size: int) -> None:
     """Raise GGUFError unless the tensor table is consistent and the file holds every tensor's data — the
     checks llama.cpp's GGUF loader makes (known types, whole blocks per row, unique short names, offsets laid
     out one after another on the alignment), so a truncated or corrupted file is refused before it is used."""
-    align = int(header.kv.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
+    align = header.alignment()
     expected, names = 0, set()
     for t in header.tensors:
         if not t.name or len(t.name.encode()) >= MAX_NAME or t.name in names:

@@ -3,7 +3,6 @@ their GGUF headers, and the pairs the user has checked. Kept in ``library.json``
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import threading
@@ -12,7 +11,7 @@ from typing import Any, Optional
 
 from app.engine.errors import TandemError
 from app import paths
-from app.models import fileops, meta
+from app.models import fileops, ggufheader, meta
 from app.models.catalog import Catalog, load
 from app.models.ggufheader import GGUFError
 
@@ -30,12 +29,22 @@ def library_file() -> Path:
 
 
 def _read() -> dict[str, Any]:
-    try:
-        data = json.loads(library_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = {}
-    data.setdefault("models", {})
-    data.setdefault("pairs", {})
+    """The library file, checked record by record: an unreadable file is moved aside and its backup restored
+    (``paths.read_json``); a record that is not a model entry is left out with a warning naming it."""
+    path = library_file()
+    data = paths.read_json(path)
+    for key in ("models", "pairs"):
+        if not isinstance(data.get(key), dict):
+            if key in data:
+                paths.warn(f"{path}: '{key}' is not a JSON object; ignoring it")
+            data[key] = {}
+    for mid, rec in list(data["models"].items()):
+        if not (isinstance(rec, dict) and isinstance(rec.get("path"), str) and rec["path"]):
+            paths.warn(f"{path}: model record {mid!r} has no file path; ignoring it")
+            del data["models"][mid]
+    for key, rec in list(data["pairs"].items()):
+        if not isinstance(rec, dict):
+            del data["pairs"][key]
     return data
 
 
@@ -77,7 +86,7 @@ def installed(cat: Optional[Catalog] = None, with_meta: bool = True) -> list[dic
             try:
                 m, _ = meta.read(rec["path"])
                 rec["meta"] = m.to_dict()
-            except GGUFError as exc:
+            except GGUFError as exc:  # listed as unusable, with the reason naming the file and the field
                 rec["error"] = str(exc)
     return list(out.values())
 
@@ -117,8 +126,22 @@ def import_gguf(path: Path | str, copy: bool = False, model_id: Optional[str] = 
         fileops.check_free_space(dest.parent, src.stat().st_size)
         with fileops.atomic_output(dest) as tmp:
             shutil.copyfile(src, tmp)
+            _check_copy(src, tmp, m.file_size)
         fileops.mark_done(dest, fileops.sha256_file(dest, f"hashing {dest.name}"))
     return register(mid, dest, "import", name=m.name or src.stem, copied=copy)
+
+
+def _check_copy(src: Path, copied: Path, expected: int) -> None:
+    """Refuse a copy that is not the file that was checked: the source shrank or grew while it was copied
+    (still being written, cut by another program), or the copy's own header or tensor data is not whole."""
+    size = copied.stat().st_size
+    if size != expected:
+        raise LibraryError(f"cannot import {src.name}: it changed while it was copied ({expected} bytes when "
+                           f"checked, {size} bytes copied); wait until it is complete and import it again")
+    try:
+        ggufheader.check_layout(ggufheader.read_file(copied), size)
+    except GGUFError as exc:
+        raise LibraryError(f"cannot import {src.name}: the copy is not whole ({exc})") from None
 
 
 def delete(model_id: str, cat: Optional[Catalog] = None) -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 from gguf import GGMLQuantizationType, LlamaFileType
 
 from app.engine.vocab import GGUF_TOKENIZER_MODELS, VocabInfo
@@ -22,6 +23,7 @@ from app.models import ggufheader
 from app.models.ggufheader import GGUFError, Header
 
 NULL = -1
+MAX_LAYERS = 1 << 16  # far above any model; a larger block_count is a corrupt header
 # tokenizer.ggml.model -> vocab type, for the names llama.cpp accepts beyond the engine's table.
 TOKENIZER_MODELS = {**GGUF_TOKENIZER_MODELS, "hybriddna": "bpe", "whitespace": "bpe", "gemma4": "bpe",
                     "test": "test"}
@@ -38,21 +40,23 @@ BPE_PRE_NO_BOS = {"chatglm-bpe", "glm4", "glm5"}
 
 def vocab_info(header: Header) -> VocabInfo:
     """The :class:`VocabInfo` llama.cpp would build when loading this file."""
-    model = header.get("tokenizer.ggml.model")
+    model = header.text("tokenizer.ggml.model")
     if model is None:
         raise GGUFError("no tokenizer in this GGUF (tokenizer.ggml.model is missing)")
     if model not in TOKENIZER_MODELS:
         raise GGUFError(f"unknown tokenizer {model!r}: llama.cpp cannot load this file")
     vtype = TOKENIZER_MODELS[model]
     if vtype == "none":
-        arch = header.get("general.architecture", "")
-        n = int(header.get(f"{arch}.vocab_size", 0) or 0)
+        arch = header.text("general.architecture", "")
+        n = header.integer(f"{arch}.vocab_size", 0)
+        if not 0 <= n <= 1 << 24:
+            raise GGUFError(f"metadata field {arch}.vocab_size is {n}: a corrupt header")
         return VocabInfo("none", n, NULL, NULL, False, False, [""] * n)
-    tokens = list(header.get("tokenizer.ggml.tokens") or [])
+    tokens = list(header.strings("tokenizer.ggml.tokens"))
     n = len(tokens)
     bos, eos = DEFAULT_IDS.get(model, (NULL, NULL))
     add_bos, add_eos = DEFAULT_ADD.get(vtype, (False, False))
-    pre = header.get("tokenizer.ggml.pre", "")
+    pre = header.text("tokenizer.ggml.pre", "")
     if vtype == "bpe" and model != "gemma4":
         if pre in BPE_PRE_ADD_BOS:
             add_bos = True
@@ -60,10 +64,8 @@ def vocab_info(header: Header) -> VocabInfo:
             bos = NULL
     bos = _special(header, "tokenizer.ggml.bos_token_id", bos, n)
     eos = _special(header, "tokenizer.ggml.eos_token_id", eos, n)
-    if "tokenizer.ggml.add_bos_token" in header.kv:
-        add_bos = bool(header.kv["tokenizer.ggml.add_bos_token"])
-    if "tokenizer.ggml.add_eos_token" in header.kv:
-        add_eos = bool(header.kv["tokenizer.ggml.add_eos_token"])
+    add_bos = header.flag("tokenizer.ggml.add_bos_token", add_bos)
+    add_eos = header.flag("tokenizer.ggml.add_eos_token", add_eos)
     if model == "gemma4":  # llama.cpp forces add-BOS on for the Gemma 4 pre-tokenizer
         add_bos = True
     return VocabInfo(vtype, n, bos, eos, add_bos, add_eos, tokens)
@@ -72,10 +74,9 @@ def vocab_info(header: Header) -> VocabInfo:
 def _special(header: Header, key: str, default: int, n_tokens: int) -> int:
     if default >= 0 and default >= n_tokens:
         default = NULL
-    value = header.get(key)
+    value = header.integer(key)
     if value is None:
         return default
-    value = int(value)
     return value if 0 <= value < n_tokens else default
 
 
@@ -113,13 +114,13 @@ class ModelMeta:
 
 def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None) -> ModelMeta:
     kv = header.kv
-    arch = str(kv.get("general.architecture", "unknown"))
+    arch = header.text("general.architecture", "unknown")
 
     def num(key: str, default: int = 0) -> int:
-        value = kv.get(f"{arch}.{key}", default)
-        if hasattr(value, "__len__") and not isinstance(value, str):  # per-layer arrays: take the largest
-            value = max((int(v) for v in value), default=default)
-        return int(value or default)
+        value = header.integers(f"{arch}.{key}", default)  # per-layer arrays: the largest
+        if value < 0 or value >= 1 << 40:
+            raise GGUFError(f"metadata field {arch}.{key} is {value}: a corrupt header")
+        return value or default
 
     vocab = vocab or vocab_info(header)
     n_embd, n_head = num("embedding_length"), num("attention.head_count")
@@ -127,10 +128,12 @@ def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None
     head_k = num("attention.key_length", n_embd // n_head if n_head else 0)
     head_v = num("attention.value_length", head_k)
     n_layers = num("block_count")
+    if n_layers > MAX_LAYERS:
+        raise GGUFError(f"metadata field {arch}.block_count is {n_layers}: a corrupt header")
     window = num("attention.sliding_window")
     swa = _swa_layers(arch, kv, n_layers) if window else 0
     return ModelMeta(
-        architecture=arch, name=str(kv.get("general.name", "")),
+        architecture=arch, name=header.text("general.name", ""),
         params=sum(t.n_elements for t in header.tensors), quant=quant_name(header),
         context_length=num("context_length"), n_vocab=vocab.n_vocab, vocab_fingerprint=vocab.fingerprint(),
         vocab_type=vocab.vocab_type, n_layers=n_layers, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
@@ -143,7 +146,7 @@ def _swa_layers(arch: str, kv: dict, n_layers: int) -> int:
     """Layers with a sliding window: an explicit per-layer pattern, else llama.cpp's pattern for the arch
     (Gemma 2: every other layer; Gemma 3: five of every six)."""
     pattern = kv.get(f"{arch}.attention.sliding_window_pattern")
-    if pattern is not None and hasattr(pattern, "__len__"):
+    if pattern is not None and isinstance(pattern, (list, np.ndarray)):
         return int(sum(bool(p) for p in pattern))
     period = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4}.get(arch)
     if period is None:
@@ -154,7 +157,7 @@ def _swa_layers(arch: str, kv: dict, n_layers: int) -> int:
 def quant_name(header: Header) -> str:
     """The file's quantization: ``general.file_type`` named as llama.cpp names it, else the commonest type."""
     ftype = header.get("general.file_type")
-    if ftype is not None:
+    if isinstance(ftype, (int, np.integer)) and not isinstance(ftype, bool):
         try:
             return LlamaFileType(int(ftype)).name.replace("MOSTLY_", "").replace("ALL_", "")
         except ValueError:
@@ -184,13 +187,19 @@ def read(path: Path | str) -> tuple[ModelMeta, VocabInfo]:
     with _lock:
         if key in _cache:
             return _cache[key]
-    header = ggufheader.read_file(path)
+    try:
+        header = ggufheader.read_file(path)
+    except OSError as exc:
+        raise GGUFError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         ggufheader.check_layout(header, st.st_size)
     except GGUFError as exc:
         raise GGUFError(f"{path.name}: {exc}") from None
-    vocab = vocab_info(header)
-    result = (model_meta(header, st.st_size, vocab), vocab)
+    try:
+        vocab = vocab_info(header)
+        result = (model_meta(header, st.st_size, vocab), vocab)
+    except GGUFError as exc:
+        raise GGUFError(f"{path.name}: {exc}") from None
     with _lock:
         if len(_cache) > 32:
             _cache.clear()

