@@ -10,7 +10,8 @@ from pathlib import Path
 from app.cli.args import add_gpu_args, fail, k_value, limit, load, reproduce_command
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
 from app.engine.sampling import SamplerSettings
-from app.lab.bench import REFERENCES, BenchConfig, BenchResult, PromptFileError, load_prompts, run_bench
+from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
+from app.lab.prompts import PromptFileError, load_prompts
 from app.models.provision import ensure_pair
 from app.numfmt import fmt as _f
 

@@ -13,7 +13,7 @@ from typing import Optional
 from app.cli.args import add_gpu_args, fail, limit, load, reproduce_command
 from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
-from app.lab.bench import PromptFileError
+from app.lab.prompts import PromptFileError
 from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab
 from app.lab.report import compare_markdown, k_label, recommendation_line

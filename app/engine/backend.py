@@ -12,7 +12,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import llama_cpp as L
 import numpy as np
@@ -53,9 +53,6 @@ class ContextFullError(BackendError):
 
 class TokenizeCancelled(BackendError):
     """Tokenisation was abandoned because the caller's cancel signal was set (the client left)."""
-
-
-Cancel = Optional[Union[threading.Event, Callable[[], bool]]]
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
@@ -252,7 +249,7 @@ class Model:
     # --- tokenizer -----------------------------------------------------------------------------------
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True,
-                 limit: Optional[int] = None, cancel: Cancel = None) -> list[int]:
+                 limit: Optional[int] = None, cancel: chunking.Cancel = None) -> list[int]:
         """Token ids of ``text``; ``parse_special`` turns the text of control tokens (``<|im_end|>``) into those
         tokens, so pass False for anything a user wrote. More tokens than ``limit`` raise ContextFullError. A long
         text goes in pieces cut where llama.cpp splits anyway (``chunking``): the same ids in linear time, and
@@ -260,10 +257,9 @@ class Model:
         parts = [text]
         if len(text) > 2 * chunking.CHUNK_CHARS and (not add_special or self._bos_only()):
             parts = chunking.pieces(text, chunking.cut_points(text, self._specials(parse_special)))
-        stopped = getattr(cancel, "is_set", cancel)
         ids: list[int] = []
         for i, part in enumerate(parts):
-            if stopped is not None and stopped():
+            if chunking.cancelled(cancel):
                 raise TokenizeCancelled("tokenisation was abandoned: the request was cancelled")
             try:
                 ids += self._tokenize(part, add_special and i == 0, parse_special,
@@ -399,23 +395,3 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def gpu_offload_supported() -> bool:
-    """Whether this llama.cpp build can put layers on a GPU of this machine (CUDA, Metal, Vulkan, …).
-    ``llama_supports_gpu_offload`` alone also says yes for a CPU build that has the RPC backend."""
-    from app.engine import devices
-
-    quiet_logs()
-    return bool(L.llama_supports_gpu_offload()) and devices.local_gpu()
-
-
-def active_backend() -> str:
-    """'CUDA', 'Metal', 'Vulkan', … or 'CPU': what llama.cpp will run on."""
-    if not gpu_offload_supported():
-        return "CPU"
-    info = L.llama_print_system_info().decode(errors="replace")
-    for name in ("CUDA", "Metal", "Vulkan", "ROCm", "SYCL"):
-        if name.upper() in info.upper():
-            return name
-    return "GPU"

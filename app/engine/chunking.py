@@ -13,8 +13,18 @@ neighbour depends on it.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
+
+Cancel = Optional[Union[threading.Event, Callable[[], bool]]]  # a set event or a True answer: stop
+
+
+def cancelled(cancel: Cancel) -> bool:
+    """Whether ``cancel`` (an Event, a callable or None) says stop."""
+    if cancel is None:
+        return False
+    return cancel.is_set() if isinstance(cancel, threading.Event) else bool(cancel())
 
 CHUNK_CHARS = 1024  # the shortest piece: each llama.cpp call then holds a bounded number of special tokens
 

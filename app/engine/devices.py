@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import llama_cpp as L
+
 
 def _lib(name: str) -> ctypes.CDLL:
     """The copy of ``lib<name>`` that libllama itself uses. Wheels store the ``.so``/``.so.0`` symlinks as
@@ -75,3 +77,23 @@ def local_devices() -> list[LocalDevice]:
 def local_gpu() -> bool:
     """Whether llama.cpp has a GPU of this machine (not an RPC worker's) to offload to."""
     return any(d.kind in ("gpu", "igpu") and not d.name.upper().startswith("RPC") for d in local_devices())
+
+
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can put layers on a GPU of this machine (CUDA, Metal, Vulkan, …).
+    ``llama_supports_gpu_offload`` alone also says yes for a CPU build that has the RPC backend."""
+    from app.engine.backend import quiet_logs
+
+    quiet_logs()
+    return bool(L.llama_supports_gpu_offload()) and local_gpu()
+
+
+def active_backend() -> str:
+    """'CUDA', 'Metal', 'Vulkan', … or 'CPU': what llama.cpp will run on."""
+    if not gpu_offload_supported():
+        return "CPU"
+    info = L.llama_print_system_info().decode(errors="replace")
+    for name in ("CUDA", "Metal", "Vulkan", "ROCm", "SYCL"):
+        if name.upper() in info.upper():
+            return name
+    return "GPU"

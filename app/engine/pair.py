@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from app.engine import limits, vocab
-from app.engine.backend import Cancel, ContextFullError, LoadOptions, Model
+from app.engine.backend import ContextFullError, LoadOptions, Model
+from app.engine.chunking import Cancel
 from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from app import paths
 from app.engine import limits
 from app.lab import tune
-from app.lab.bench import CATEGORIES, load_prompts
+from app.lab.prompts import CATEGORIES, load_prompts
 from app.lab.history import History, artifacts_root
 from app.engine.loop import DEFAULT_P_MIN
 from app.engine.pair import Pair

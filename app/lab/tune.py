@@ -20,7 +20,8 @@ from typing import Callable, Optional, Sequence, Union
 
 from app.engine import limits
 from app.engine.backend import BackendError, LoadOptions, Model
-from app.lab.bench import PRIVATE, Prompt, encode, measure, public_dict
+from app.lab.bench import PRIVATE, encode, measure, public_dict
+from app.lab.prompts import Prompt
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair, draft_options_for
 from app.engine.sampling import SamplerSettings

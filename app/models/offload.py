@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from app.engine import limits
-from app.engine.backend import LoadOptions, Model, active_backend, gpu_offload_supported
+from app.engine.backend import LoadOptions, Model
+from app.engine.devices import active_backend, gpu_offload_supported
 from app.models import fit
 from app.models.fit import Machine
 

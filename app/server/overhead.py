@@ -20,7 +20,7 @@ from typing import Optional
 import uvicorn
 
 from app.engine.loop import run as run_engine
-from app.lab.bench import builtin_suite
+from app.lab.prompts import builtin_suite
 from app.server.serve import build
 from app.service import settings as S
 from app.service.loading import app_state, say, startup_pair

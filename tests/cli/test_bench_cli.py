@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.lab.bench import PromptFileError, builtin_suite, load_prompts
+from app.lab.prompts import PromptFileError, builtin_suite, load_prompts
 from app.models import fileops
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_bad_prompts_file_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "bad.jsonl:2: not valid JSON" in proc.stderr
     with pytest.raises(PromptFileError, match="exactly one of"):
-        from app.lab.bench import parse_prompts
+        from app.lab.prompts import parse_prompts
 
         parse_prompts(['{"prompt": "a", "messages": []}'], "x.jsonl")
     with pytest.raises(PromptFileError, match="cannot read"):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.engine.backend import ContextFullError, Model
-from app.lab.bench import builtin_suite
+from app.lab.prompts import builtin_suite
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair

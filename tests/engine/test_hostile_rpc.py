@@ -16,7 +16,7 @@ import pytest
 
 from app.engine import rpc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_worker(count: int = 1, memory: tuple[int, int] = (1 << 30, 2 << 30), silent_after: int = 99):

@@ -13,6 +13,7 @@ from app.engine.loop import GenConfig
 from app.engine.stats import Stats, pool
 from app.engine.summary import Summary
 from app.lab import bench, tune
+from app.lab.prompts import Prompt
 
 STEPS = [StepEvent(step=0, drafted=4, accepted=2, emitted=3, t_draft=0.0625, t_verify=0.125, k=4, t_step=0.25),
          StepEvent(step=1, drafted=0, accepted=0, emitted=1, t_draft=0.0, t_verify=0.0625, k=0, t_step=0.0625,
@@ -112,8 +113,8 @@ def _bench_rows(cfg: GenConfig) -> list:
     plain = summary_of([StepEvent(step=i, drafted=0, accepted=0, emitted=1, t_draft=0.0, t_verify=0.1, k=0,
                                   t_step=0.125) for i in range(8)])
     rows = []
-    for i, prompt in enumerate([bench.Prompt(id="p1", category="code", prompt="def f():"),
-                                bench.Prompt(id="p2", category="chat", prompt="hi")]):
+    for i, prompt in enumerate([Prompt(id="p1", category="code", prompt="def f():"),
+                                Prompt(id="p2", category="chat", prompt="hi")]):
         plain_runs = [bench.RunResult([5, 6], plain)] * 2
         spec_runs = [bench.RunResult([5, 6], spec_a), bench.RunResult([5, 6], spec_b if i else spec_a)]
         rows.append(bench._prompt_result(None, prompt, [1, 2], plain_runs, spec_runs, cfg))
@@ -153,7 +154,7 @@ def test_bench_result_to_dict_is_the_bench_json_contract():
 
 def test_cell_to_dict_is_the_stored_cell():
     spec_a, spec_b = summary_of(STEPS, 8.0), summary_of(STEPS[:1] + STEPS[2:])
-    prompts = [bench.Prompt(id="p1", category="code", prompt="x"), bench.Prompt(id="p2", category="chat", prompt="y")]
+    prompts = [Prompt(id="p1", category="code", prompt="x"), Prompt(id="p2", category="chat", prompt="y")]
     entries = [tune._prompt_entry(prompts[0], [(spec_a, 10.0), (spec_b, 12.0)]),
                tune._prompt_entry(prompts[1], [(spec_b, None)])]
     cell = tune.cell_summary(tune.Candidate("d", "draft", "/m/d.gguf"), "auto", 0.0, entries, 3)

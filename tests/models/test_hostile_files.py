@@ -21,7 +21,7 @@ from app.lab.history import History
 from app.models import compat, library, meta
 from app.models.ggufheader import GGUFError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOKENS = [f"tok{i}" for i in range(300)]
 
 
@@ -230,7 +230,7 @@ def test_a_pull_of_a_path_outside_the_hub_is_refused(home):
 
 
 def test_a_prompts_file_with_bad_text_names_the_line(tmp_path):
-    from app.lab.bench import PromptFileError, load_prompts
+    from app.lab.prompts import PromptFileError, load_prompts
 
     good = '{"prompt": "Hello"}\n'
     for body, words in ((good.encode() + b'{"prompt": "caf\xe9"}\n', r"\.jsonl:2: not UTF-8 text \(byte 0xe9"),

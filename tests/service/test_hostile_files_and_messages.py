@@ -75,7 +75,7 @@ def test_half_and_corrupt_models_are_refused_everywhere(home, tmp_path, smol_pat
 
 
 def test_a_sweep_shows_a_failed_draft_and_stores_no_run_as_failed(home, smol_pair, smol_paths, tmp_path):
-    from app.lab.bench import builtin_suite
+    from app.lab.prompts import builtin_suite
     from app.cli.tune import format_cells
 
     half = cut(smol_paths[1], tmp_path / "half.gguf")

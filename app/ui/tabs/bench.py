@@ -12,7 +12,7 @@ from typing import Optional
 import gradio as gr
 
 from app.engine import limits
-from app.lab.bench import CATEGORIES
+from app.lab.prompts import CATEGORIES
 from app.lab.history import History
 from app.lab.lab import LabRequest, discover, plan, run_lab, tuned_settings
 from app.lab.result import SweepResult
