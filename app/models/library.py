@@ -39,7 +39,8 @@ def _read() -> dict[str, Any]:
                 paths.warn(f"{path}: '{key}' is not a JSON object; ignoring it")
             data[key] = {}
     for mid, rec in list(data["models"].items()):
-        if not (isinstance(rec, dict) and isinstance(rec.get("path"), str) and rec["path"]):
+        path_ok = isinstance(rec, dict) and isinstance(rec.get("path"), str) and "\x00" not in rec["path"]
+        if not (path_ok and rec["path"]):
             paths.warn(f"{path}: model record {mid!r} has no file path; ignoring it")
             del data["models"][mid]
     for key, rec in list(data["pairs"].items()):

@@ -133,13 +133,18 @@ def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None
     window = num("attention.sliding_window")
     swa = _swa_layers(arch, kv, n_layers) if window else 0
     return ModelMeta(
-        architecture=arch, name=header.text("general.name", ""),
+        architecture=arch, name=_display_name(kv.get("general.name")),
         params=sum(t.n_elements for t in header.tensors), quant=quant_name(header),
         context_length=num("context_length"), n_vocab=vocab.n_vocab, vocab_fingerprint=vocab.fingerprint(),
         vocab_type=vocab.vocab_type, n_layers=n_layers, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
         head_dim_k=head_k, head_dim_v=head_v, sliding_window=window, swa_layers=swa, file_size=file_size,
         weights_bytes=sum(t.n_bytes for t in header.tensors),
     )
+
+
+def _display_name(value: Any) -> str:
+    """``general.name`` is only shown: a number is shown as one, anything else (an array) as nothing."""
+    return str(value)[:200] if isinstance(value, (str, int, float)) else ""
 
 
 def _swa_layers(arch: str, kv: dict, n_layers: int) -> int:

@@ -143,6 +143,15 @@ def test_a_cut_library_json_is_restored_from_its_backup(home, tmp_path, capfd):
     assert len(list(lib.parent.glob("library.json.corrupt-*"))) == 1
 
 
+def test_records_that_are_not_model_entries_are_left_out(home, tmp_path, capfd):
+    library.import_gguf(gguf_with(tmp_path / "fine.gguf"))
+    data = library._read()
+    data["models"].update({"nul": {"path": "a\x00b"}, "nopath": {"id": "x"}, "list": [1, 2]})
+    paths.write_json(library.library_file(), data)
+    assert [r["id"] for r in library.installed()] == ["fine"]  # once: ValueError (embedded null byte)
+    assert "model record 'nul' has no file path" in capfd.readouterr().err
+
+
 def test_a_cut_store_without_backup_is_kept_aside_not_overwritten(home, tmp_path, capfd):
     from app.lab import tuned
 
