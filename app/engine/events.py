@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Union
 
+from app.engine.logprobs import TokenLogprob
 from app.engine.stats import Summary
 
 # Provenance of an emitted token.
@@ -25,6 +26,7 @@ class TokenEvent:
     draft_prob: Optional[float] = None  # the draft's probability of its proposed token at that position
     index: int = 0  # position in the generated sequence (0-based)
     draft_token: Optional[int] = None  # corrected tokens: the draft's proposal that the target rejected
+    logprob: Optional[TokenLogprob] = None  # when asked for: the target's log-probability and top alternatives
 
 
 @dataclass(frozen=True)
