@@ -72,7 +72,7 @@ class GrammarSpec:
                 raise GrammarError(f"json_schema is not valid JSON: {exc}") from None
         if not isinstance(schema, dict):
             raise GrammarError(f"json_schema must be a JSON object, not {type(schema).__name__}")
-        return cls(GrammarKind.JSON_SCHEMA, json.dumps(schema, sort_keys=True))
+        return cls(GrammarKind.JSON_SCHEMA, json.dumps(schema))  # (property order kept: it is the output's)
 
     @classmethod
     def gbnf(cls, text: str) -> "GrammarSpec":
@@ -94,9 +94,16 @@ def schema_to_gbnf(schema: Union[dict, str]) -> str:
 
     text = schema if isinstance(schema, str) else json.dumps(schema)
     try:
-        return json_schema_to_gbnf(text)
+        gbnf = json_schema_to_gbnf(text)
     except Exception as exc:  # the converter raises bare Exceptions, KeyErrors, ... for what it lacks
         raise GrammarError(f"json_schema cannot be turned into a grammar: {exc}") from None
+    # The Python port lets a string hold raw control characters (a newline), which JSON forbids; llama.cpp's
+    # own converter excludes them, as here.
+    return gbnf.replace(_LOOSE_CHAR, _JSON_CHAR)
+
+
+_LOOSE_CHAR = r'char ::= [^"\\] |'
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
 
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
