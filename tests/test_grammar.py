@@ -175,3 +175,22 @@ def test_run_without_grammar_is_unchanged(smol_pair):
     cfg = GenConfig(max_tokens=16, k=4)
     tokens, stats = run(smol_pair.target, prompt, cfg, smol_pair.proposer(cfg))
     assert len(tokens) == 16 and stats.drafted > 0
+
+
+def test_the_constrained_gumbel_max_checks_few_tokens_and_equals_the_full_mask(smol_pair):
+    from app.engine.coupled import gumbel_noise
+    from app.engine.grammar import MaskedRows
+
+    track = GrammarTrack(compile_grammar(smol_pair.target, GrammarSpec.json_schema(CAT)))
+    prompt = smol_pair.chat_prompt(ASK)
+    smol_pair.reset()
+    smol_pair.target.sync(prompt[:-1], need_logits=False)
+    for tok in smol_pair.target.tokenize('{"name": "Tom', add_special=False, parse_special=False):
+        track.advance(0, tok, eog=False)
+    logits = np.array(smol_pair.target.decode([prompt[-1]]), copy=True)
+    for seed in range(20):
+        g = gumbel_noise(seed, 0, logits.shape[1])
+        full = MaskedRows(logits, track.states)
+        expected = int(np.argmax(np.where(np.isfinite(full[0]), logits[0] / 0.8 + g, -np.inf)))
+        assert MaskedRows(logits, track.states).gumbel_max(0, 0.8, g) == expected
+        assert MaskedRows(logits, track.states).gumbel_max(0, 0.8, g, tries=1) == expected

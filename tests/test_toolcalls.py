@@ -80,11 +80,12 @@ def test_llama3_replies(reply, names):
 
 @pytest.mark.parametrize("step", [1, 5, 1000])
 def test_generic_replies(step):
-    _, parsed = _feed_all(ToolStyle.GENERIC, '{"tool_call": {"name": "get_time", "arguments": {"city": "Rome"}}}', step)
+    call = '{"tool_call": {"name": "get_time", "arguments": {"city": "Rome"}}}'
+    _, parsed = _feed_all(ToolStyle.GENERIC, call, step)
     assert parsed.tool_calls[0].name == "get_time" and parsed.content == ""
-    _, parsed = _feed_all(ToolStyle.GENERIC, '{"tool_calls": [{"name": "get_time", "arguments": {"city": "A"}, '
-                                             '"id": "call_1234"}, {"name": "get_time", "arguments": {}, "id": "xyzw"}]}',
-                          step)
+    calls = ('{"tool_calls": [{"name": "get_time", "arguments": {"city": "A"}, "id": "call_1234"}, '
+             '{"name": "get_time", "arguments": {}, "id": "xyzw"}]}')
+    _, parsed = _feed_all(ToolStyle.GENERIC, calls, step)
     assert [c.id for c in parsed.tool_calls] == ["call_1234", "xyzw"]
     deltas, parsed = _feed_all(ToolStyle.GENERIC, '{"response": "caf\\u00e9 \\"ok\\"\\nbye"}', step)
     assert parsed.content == 'café "ok"\nbye' and not parsed.tool_calls

@@ -29,7 +29,7 @@ References:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -101,8 +101,14 @@ def coupled_accept(p: Sequence[np.ndarray], draft: Sequence[int], noise: Sequenc
         ``(n, token)``: accepted draft tokens (the longest prefix equal to the target's Gumbel-max samples)
         and the target's sample at the first position that differs (or the bonus position).
     """
+    return coupled_accept_by(lambda i: gumbel_max(p[i], noise[i]), draft)
+
+
+def coupled_accept_by(draw: Callable[[int], int], draft: Sequence[int]) -> tuple[int, int]:
+    """:func:`coupled_accept` with the target's sample at row ``i`` given as ``draw(i)`` (e.g. a grammar's
+    constrained Gumbel-max, which need not compute the whole distribution)."""
     for i, x in enumerate(draft):
-        y = gumbel_max(p[i], noise[i])
+        y = draw(i)
         if y != x:
             return i, y
-    return len(draft), gumbel_max(p[len(draft)], noise[len(draft)])
+    return len(draft), draw(len(draft))

@@ -201,7 +201,7 @@ def _complaint(err: Sequence[str], log: Sequence[str]) -> str:
     return said or "llama.cpp could not parse it"
 
 
-class _MaskedRows:
+class MaskedRows:
     """Target logits rows masked by the grammar state at each position, computed on first use."""
 
     def __init__(self, logits: np.ndarray, states: Sequence[Grammar]):
@@ -215,6 +215,29 @@ class _MaskedRows:
 
     def __len__(self) -> int:
         return len(self.states)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.states), self.logits.shape[1])
+
+    def gumbel_max(self, i: int, temperature: float, g: np.ndarray, tries: int = 32) -> int:
+        """The Gumbel-max sample of ``softmax(logits[i] / temperature)`` restricted to what the grammar allows
+        (no other transform): the best-scoring tokens are checked one at a time (microseconds each), and the
+        whole vocabulary is masked only when none of the first ``tries`` is allowed; the same token either way."""
+        if i in self.cache:
+            return _argmax_masked(self.cache[i], temperature, g)
+        z = self.logits[i]
+        s = z.astype(np.float64) / temperature + g[:z.shape[0]]
+        top = np.argpartition(-s, tries)[:tries]
+        for x in top[np.argsort(-s[top], kind="stable")]:
+            if self.states[i].allows(int(x)):
+                return int(x)
+        return _argmax_masked(self[i], temperature, g)
+
+
+def _argmax_masked(row: np.ndarray, temperature: float, g: np.ndarray) -> int:
+    s = row.astype(np.float64) / temperature + g[:row.shape[0]]
+    return int(np.argmax(s))  # (-inf where the grammar forbids)
 
 
 class GrammarTrack:
@@ -238,11 +261,11 @@ class GrammarTrack:
         self.cut_at = n if n < len(tokens) else None
         return n
 
-    def rows(self, logits: np.ndarray, greedy: bool) -> Union[np.ndarray, _MaskedRows]:
+    def rows(self, logits: np.ndarray, greedy: bool) -> Union[np.ndarray, MaskedRows]:
         """The verify pass's rows, constrained. ``greedy`` (temperature 0, no repetition penalty): a row is
         masked only where the grammar forbids its argmax; otherwise rows are masked lazily, on first use."""
         if not greedy:
-            return _MaskedRows(logits, self.states)
+            return MaskedRows(logits, self.states)
         out = np.array(logits[:len(self.states)], dtype=np.float32, copy=True)
         for i, state in enumerate(self.states):
             if not state.allows(int(np.argmax(out[i]))):

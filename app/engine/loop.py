@@ -21,10 +21,10 @@ import numpy as np
 
 from app.engine import limits
 from app.engine.backend import ContextFullError, RollbackError
-from app.engine.coupled import GumbelNoise, NoiseRows, coupled_accept
+from app.engine.coupled import GumbelNoise, NoiseRows, coupled_accept, coupled_accept_by
 from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
-from app.engine.grammar import GrammarSpec, GrammarTrack, compile_grammar
+from app.engine.grammar import GrammarSpec, GrammarTrack, MaskedRows, compile_grammar
 from app.engine.logprobs import MAX_TOP, token_logprob
 from app.engine.proposers import Draft, PromptLookupProposer, Proposer
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
@@ -93,7 +93,7 @@ class _Rows:
         return len(self.draft) + 1
 
 
-def judge(logits: Union[np.ndarray, Sequence[np.ndarray]], draft: Draft, history: Sequence[int], cfg: GenConfig,
+def judge(logits: Union[np.ndarray, MaskedRows], draft: Draft, history: Sequence[int], cfg: GenConfig,
           rng: np.random.Generator, noise: Optional[GumbelNoise] = None) -> tuple[int, int]:
     """(accepted count, next token) for one verification pass; ``logits`` has len(draft) + 1 rows (an array, or
     rows masked by a grammar on first use); ``noise``: the coupled rule's Gumbel noise."""
@@ -110,7 +110,11 @@ def judge(logits: Union[np.ndarray, Sequence[np.ndarray]], draft: Draft, history
     if cfg.rule == "match":
         return sample_and_match(p, draft.tokens, rng)
     if cfg.rule == "coupled" and noise is not None:
-        return coupled_accept(p, draft.tokens, NoiseRows(noise, len(history), len(logits[0])))
+        g = NoiseRows(noise, len(history), logits.shape[1])
+        untransformed = s.top_k == 0 and s.top_p == 1.0 and s.min_p == 0.0 and s.repeat_penalty == 1.0
+        if isinstance(logits, MaskedRows) and untransformed:  # a grammar: no full mask where it can be helped
+            return coupled_accept_by(lambda i: logits.gumbel_max(i, s.temperature, g[i]), draft.tokens)
+        return coupled_accept(p, draft.tokens, g)
     return rejection_sample(p, draft.q, draft.tokens, rng)
 
 
