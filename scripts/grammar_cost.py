@@ -10,7 +10,7 @@ plain and K = 4, at T = 0 (one warm-up run each; the median of three).
 
 ``python scripts/grammar_cost.py accept``: draft acceptance at T = 0.8 on the demo pair, exact rejection
 sampling against the coupled rule (the draft's own Gumbel-max sample, and a greedy draft, q = onehot), K = 4,
-over the built-in prompt suite's first prompts.
+64 tokens, over the built-in prompt suite with seeds 0, 1, 2.
 """
 
 from __future__ import annotations
@@ -98,17 +98,17 @@ class _GreedyDraft(DraftModelProposer):
         return super().propose(history, k, sampler, rng, False)
 
 
-def accept(prompts: int = 8) -> None:
+def accept(seeds: int = 3) -> None:
     from app.lab.bench import builtin_suite
 
     _, target, draft = ensure_pair("demo-smollm2")
     with Pair.load(target, draft, LoadOptions(n_ctx=2048)) as pair:
-        suite = builtin_suite()[:prompts]
+        suite = [(p, seed) for p in builtin_suite() for seed in range(seeds)]
         for label, rule, greedy_draft in (("rejection", "rejection", False), ("coupled", "coupled", False),
                                            ("coupled, greedy draft", "coupled", True)):
             drafted = accepted = emitted = steps = 0
-            for i, p in enumerate(suite):
-                cfg = GenConfig(max_tokens=64, k=4, rule=rule, sampler=SamplerSettings(temperature=0.8, seed=i))
+            for p, seed in suite:
+                cfg = GenConfig(max_tokens=64, k=4, rule=rule, sampler=SamplerSettings(temperature=0.8, seed=seed))
                 proposer = _GreedyDraft(pair.draft) if greedy_draft else pair.proposer(cfg)
                 pair.reset()
                 tokens, stats = run(pair.target, p.tokens(pair), cfg, proposer)
