@@ -99,14 +99,14 @@ def test_noise_is_a_pure_function_of_seed_and_position():
     assert bytes.fromhex(other.strip()) == here.tobytes()
 
 
-def test_a_seed_holds_with_speculation_off_fixed_k_and_auto_k(smol_pair):
+def test_a_seed_holds_with_speculation_off_fixed_k_auto_k_and_prompt_lookup(smol_pair):
     prompt = smol_pair.chat_prompt([{"role": "user", "content": "Write a short poem about the sea."}])
     for seed in range(10):
         sampler = SamplerSettings(temperature=0.8, top_p=0.95, seed=seed)
         texts = []
-        for kw in (dict(speculative=False), dict(k=4), dict(k="auto")):
+        for kw in (dict(speculative=False), dict(k=4), dict(k="auto"), dict(proposer="lookup", k=4)):
             cfg = GenConfig(max_tokens=24, sampler=sampler, rule="coupled", **kw)
             smol_pair.reset()
             tokens, _ = run(smol_pair.target, prompt, cfg, smol_pair.proposer(cfg), length=smol_pair.draft_length(cfg))
             texts.append(tokens)
-        assert texts[0] == texts[1] == texts[2], f"seed {seed}: {texts}"
+        assert texts[0] == texts[1] == texts[2] == texts[3], f"seed {seed}: {texts}"

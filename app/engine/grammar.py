@@ -177,10 +177,16 @@ def compile_grammar(target: Any, spec: GrammarSpec) -> Grammar:
 
 @contextlib.contextmanager
 def _captured_stderr() -> Iterator[list[str]]:
-    """What C code writes to stderr while the block runs (llama.cpp's grammar parser reports there)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    """What C code writes to stderr while the block runs (llama.cpp's grammar parser reports there; the block
+    takes milliseconds, and whatever else writes to stderr meanwhile is lost). Nothing is captured where
+    stderr is not a file descriptor that can be duplicated."""
     lines: list[str] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield lines
+        return
     with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), 2)
         try:

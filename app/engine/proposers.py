@@ -4,7 +4,8 @@ A proposer sees the whole token history (prompt + accepted output) and returns u
 when it has them, the distributions ``q`` they were drawn from (needed by exact rejection sampling; ``None``
 means a deterministic proposal, ``q = onehot``). It keeps whatever cache it has in sync with the history by
 itself, so the decode loop never has to know what kind of proposer it drives. New kinds (cross-tokenizer,
-tree) implement the same three methods.
+tree) implement the same three methods. A proposer that sets ``couples = True`` also takes ``noise`` (the
+coupled rule's Gumbel noise, coupled.py) and samples with it; the others' proposals count as deterministic.
 """
 
 from __future__ import annotations
