@@ -232,3 +232,21 @@ def test_a_gguf_template_that_knows_tools_gets_them_and_a_forced_call_parses(qwe
     assert spec_ids == plain_ids and len(plain.tool_calls) == 1 and plain.content == ""
     call = plain.tool_calls[0]
     validate(json.loads(call.arguments), {t.name: t.parameters for t in tools}[call.name])
+
+
+def test_a_tool_result_round_trip_on_the_demo_pair(smol_pair):
+    """After a call and its result the generic fallback's reply parses: an answer, or a call that validates."""
+    tools = parse_tools([WEATHER, TIME])
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, clear"}]
+    parsed, _ = _reply(smol_pair, history, tools, parse_choice("auto", tools), k=4)
+    assert parsed.content or parsed.tool_calls
+    for call in parsed.tool_calls:
+        validate(json.loads(call.arguments), {t.name: t.parameters for t in tools}[call.name])
+    answer = {"type": "object", "properties": {"forecast": {"type": "string"}}, "required": ["forecast"],
+              "additionalProperties": False}
+    prompt = tool_prompt(smol_pair.target.chat_template(), history, tools, parse_choice("auto", tools), response=answer)
+    assert "forecast" in prompt.grammar.to_gbnf() and "forecast" not in tool_prompt(
+        smol_pair.target.chat_template(), history, tools, parse_choice("auto", tools)).grammar.to_gbnf()

@@ -148,8 +148,10 @@ def _one_of(schemas: list[dict]) -> dict:
     return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
 
 
-def generic_schema(tools: Sequence[Tool], choice: ToolChoice, parallel: bool) -> dict:
-    """llama.cpp's generic reply schema: a tool call (or several), or, unless a call is forced, a response."""
+def generic_schema(tools: Sequence[Tool], choice: ToolChoice, parallel: bool,
+                   response: Optional[dict] = None) -> dict:
+    """llama.cpp's generic reply schema: a tool call (or several), or, unless a call is forced, a response
+    (a string, or JSON matching ``response``: a ``response_format`` schema given with the tools)."""
     chosen = [t for t in tools if choice.mode != ChoiceMode.FUNCTION or t.name == choice.name]
     calls = [_call_schema(t) for t in chosen]
     if parallel:
@@ -159,8 +161,8 @@ def generic_schema(tools: Sequence[Tool], choice: ToolChoice, parallel: bool) ->
         call = {"type": "object", "properties": {"tool_call": _one_of(calls)}, "required": ["tool_call"]}
     if choice.forced:
         return call
-    response = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
-    return {"anyOf": [call, response]}
+    reply = {"type": "object", "properties": {"response": response or {"type": "string"}}, "required": ["response"]}
+    return {"anyOf": [call, reply]}
 
 
 def _wrapped(schema: dict, root: str) -> GrammarSpec:
@@ -170,12 +172,14 @@ def _wrapped(schema: dict, root: str) -> GrammarSpec:
     return GrammarSpec.gbnf(f"root ::= {root}\n" + "\n".join(rules))
 
 
-def tool_grammar(tools: Sequence[Tool], choice: ToolChoice, parallel: bool, style: ToolStyle) -> Optional[GrammarSpec]:
-    """The grammar a reply must follow, or None (free text, read back by the parser)."""
+def tool_grammar(tools: Sequence[Tool], choice: ToolChoice, parallel: bool, style: ToolStyle,
+                 response: Optional[dict] = None) -> Optional[GrammarSpec]:
+    """The grammar a reply must follow, or None (free text, read back by the parser). ``response``: a JSON
+    schema for a reply that calls no tool (generic style only)."""
     if choice.mode == ChoiceMode.NONE or not tools:
         return None
     if style == ToolStyle.GENERIC:
-        return GrammarSpec.json_schema(generic_schema(tools, choice, parallel))
+        return GrammarSpec.json_schema(generic_schema(tools, choice, parallel, response))
     if not choice.forced:
         return None
     chosen = [t for t in tools if choice.mode != ChoiceMode.FUNCTION or t.name == choice.name]
@@ -248,8 +252,9 @@ def _described(messages: list[dict], tools: Sequence[Tool], parallel: bool) -> l
 
 
 def tool_prompt(template: Optional[str], messages: Sequence[dict], tools: Sequence[Tool],
-                choice: ToolChoice, parallel: bool = True) -> ToolPrompt:
-    """How to render a conversation with ``tools`` for this template, and the grammar of the reply.
+                choice: ToolChoice, parallel: bool = True, response: Optional[dict] = None) -> ToolPrompt:
+    """How to render a conversation with ``tools`` for this template, and the grammar of the reply
+    (``response``: a JSON schema for a reply that calls no tool, honoured by the generic style).
 
     Render with ``Pair.chat_prompt(prompt.messages, tools=prompt.tools)``; generate with
     ``GenConfig(grammar=prompt.grammar)``; read the reply with ``ToolCallParser(prompt.style)``."""
@@ -265,7 +270,7 @@ def tool_prompt(template: Optional[str], messages: Sequence[dict], tools: Sequen
                 [dict(m, content=m.get("content") or "") for m in messages]
             return ToolPrompt(plain, None, None, style)
         return ToolPrompt(_native_messages(messages), None, None, style)
-    grammar = tool_grammar(tools, choice, parallel, style)
+    grammar = tool_grammar(tools, choice, parallel, style, response)
     if style == ToolStyle.GENERIC:
         return ToolPrompt(_described(_polyfilled(messages, parallel), tools, parallel), None, grammar, style)
     return ToolPrompt(_native_messages(messages), [t.as_openai() for t in tools], grammar, style)
