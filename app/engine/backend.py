@@ -64,7 +64,8 @@ def recorded_log() -> Iterator[list[str]]:
     global _load_log
     quiet_logs()
     with _load_lock:
-        _load_log = lines = []
+        lines: list[str] = []
+        _load_log = lines
         try:
             yield lines
         finally:

@@ -29,11 +29,17 @@ References:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
 _MASK64 = (1 << 64) - 1
+
+
+class Rows(Protocol):
+    """Rows by position (an array, or rows computed on first use)."""
+
+    def __getitem__(self, i: int) -> np.ndarray: ...
 
 
 def gumbel_noise(seed: int, position: int, vocab: int) -> np.ndarray:
@@ -89,7 +95,7 @@ def gumbel_max(p: np.ndarray, g: np.ndarray) -> int:
     return int(support[int(np.argmax(scores))])
 
 
-def coupled_accept(p: Sequence[np.ndarray], draft: Sequence[int], noise: Sequence[np.ndarray]) -> tuple[int, int]:
+def coupled_accept(p: Rows, draft: Sequence[int], noise: Rows) -> tuple[int, int]:
     """Verification by Gumbel-max coupling over one step.
 
     Args:

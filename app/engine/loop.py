@@ -79,7 +79,8 @@ class GenConfig:
 class _Rows:
     """Target distributions computed on first use (a rejection at position i never needs rows > i)."""
 
-    def __init__(self, logits: np.ndarray, sampler: SamplerSettings, history: Sequence[int], draft: Sequence[int]):
+    def __init__(self, logits: Union[np.ndarray, MaskedRows], sampler: SamplerSettings, history: Sequence[int],
+                 draft: Sequence[int]):
         self.logits, self.sampler, self.history, self.draft = logits, sampler, history, draft
         self.cache: dict[int, np.ndarray] = {}
 

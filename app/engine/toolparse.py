@@ -54,7 +54,7 @@ def _as_call(obj: Any, args_keys: tuple[str, ...] = ("arguments",)) -> Optional[
     """A ToolCall from {"name": ..., "arguments": {...}} (arguments as JSON text), or None if it is not one."""
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None
-    args = next((obj[k] for k in args_keys if k in obj), {})
+    args: Any = next((obj[k] for k in args_keys if k in obj), {})
     text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
     call_id = obj.get("id")
     return ToolCall(obj["name"], text, call_id) if isinstance(call_id, str) and call_id else ToolCall(obj["name"], text)
@@ -81,7 +81,8 @@ _CALL_HEAD = re.compile(r'\s*\{\s*"tool_calls?"\s*:')
 
 def _string_prefix(raw: str) -> tuple[str, int, bool]:
     """Decode the JSON string body at the start of ``raw``: (text, characters consumed, closed)."""
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(raw):
         c = raw[i]
         if c == '"':

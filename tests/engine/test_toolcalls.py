@@ -16,7 +16,8 @@ from app.engine.text import render_chat
 from app.engine.toolcalls import (ChoiceMode, ToolError, ToolStyle, parse_choice, parse_tools, tool_grammar,
                                   tool_prompt, tool_style)
 from app.engine.toolparse import ContentDelta, ToolCallDelta, ToolCallParser
-from tests.test_grammar import validate
+
+from support.schema_check import validate
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city.",
