@@ -7,12 +7,13 @@ Only what the decode loop needs: batched decode with logits requested for chosen
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import llama_cpp as L
 import numpy as np
@@ -71,6 +72,21 @@ def quiet_logs() -> None:
             L.llama_log_set(_silent_log, ctypes.c_void_p(0))
             L.llama_backend_init()
             _initialised = True
+
+
+@contextlib.contextmanager
+def recorded_log() -> Iterator[list[str]]:
+    """Record llama.cpp's log while the block runs (e.g. a grammar parser's complaint), one recording at a
+    time (loads record theirs the same way)."""
+    global _load_log
+    quiet_logs()
+    with _load_lock:
+        lines: list[str] = []
+        _load_log = lines
+        try:
+            yield lines
+        finally:
+            _load_log = None
 
 
 @dataclass(frozen=True)

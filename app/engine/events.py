@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Optional, Union
 
+from app.engine.logprobs import TokenLogprob
 from app.engine.summary import Summary
 
 
@@ -52,6 +53,7 @@ class TokenEvent:
     draft_prob: Optional[float] = None  # the draft's probability of its proposed token at that position
     index: int = 0  # position in the generated sequence (0-based)
     draft_token: Optional[int] = None  # corrected tokens: the draft's proposal that the target rejected
+    logprob: Optional[TokenLogprob] = None  # when asked for: the target's log-probability and top alternatives
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,11 @@ import numpy as np
 
 from app.engine import limits
 from app.engine.backend import ContextFullError, RollbackError
+from app.engine.coupled import GumbelNoise, NoiseRows, coupled_accept, coupled_accept_by
 from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
+from app.engine.grammar import GrammarSpec, GrammarTrack, MaskedRows, compile_grammar
+from app.engine.logprobs import MAX_TOP, token_logprob
 from app.engine.proposers import Draft, PromptLookupProposer, Proposer
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats, Summary
@@ -30,7 +33,7 @@ from app.engine.target import Target
 from app.engine.text import Utf8Stream
 from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
 
-RULES = ("rejection", "match")  # verification rules at T > 0
+RULES = ("rejection", "match", "coupled")  # verification rules at T > 0 (coupled: seeds hold, coupled.py)
 PROPOSERS = ("draft", "lookup")  # who drafts: the draft model, or prompt lookup
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
@@ -47,7 +50,10 @@ class GenConfig:
     k: Union[int, str] = "auto"  # a fixed draft length, or "auto"
     k_max: int = DEFAULT_K_MAX  # ceiling for auto
     p_min: float = DEFAULT_P_MIN  # auto: stop drafting below this draft confidence
-    rule: str = "rejection"  # T > 0: "rejection" (exact speculative sampling) or "match" (llama.cpp's)
+    rule: str = "rejection"  # T > 0: "rejection" (exact speculative sampling), "match" (llama.cpp's) or
+    # "coupled" (Gumbel-max with noise fixed by (seed, position): the same text with speculation on or off)
+    grammar: Optional[GrammarSpec] = None  # the output must match this grammar (grammar.py)
+    logprobs: Optional[int] = None  # None: off; n (0..20): each token's logprob and the n likeliest tokens
 
     def validate(self) -> "GenConfig":
         """Raise ValueError (``limits.LimitError``) naming a setting outside its documented range."""
@@ -63,13 +69,18 @@ class GenConfig:
             raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
         if self.proposer not in PROPOSERS:
             raise ValueError(f"proposer must be one of {PROPOSERS}, not {self.proposer!r}")
+        if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_TOP):
+            raise ValueError(f"top_logprobs must be an integer between 0 and {MAX_TOP}, not {self.logprobs!r}")
+        if self.grammar is not None:
+            self.grammar.to_gbnf()  # a schema the converter cannot express fails here
         return self
 
 
 class _Rows:
     """Target distributions computed on first use (a rejection at position i never needs rows > i)."""
 
-    def __init__(self, logits: np.ndarray, sampler: SamplerSettings, history: Sequence[int], draft: Sequence[int]):
+    def __init__(self, logits: Union[np.ndarray, MaskedRows], sampler: SamplerSettings, history: Sequence[int],
+                 draft: Sequence[int]):
         self.logits, self.sampler, self.history, self.draft = logits, sampler, history, draft
         self.cache: dict[int, np.ndarray] = {}
 
@@ -83,9 +94,10 @@ class _Rows:
         return len(self.draft) + 1
 
 
-def judge(logits: np.ndarray, draft: Draft, history: Sequence[int], cfg: GenConfig,
-          rng: np.random.Generator) -> tuple[int, int]:
-    """(accepted count, next token) for one verification pass; ``logits`` has len(draft) + 1 rows."""
+def judge(logits: Union[np.ndarray, MaskedRows], draft: Draft, history: Sequence[int], cfg: GenConfig,
+          rng: np.random.Generator, noise: Optional[GumbelNoise] = None) -> tuple[int, int]:
+    """(accepted count, next token) for one verification pass; ``logits`` has len(draft) + 1 rows (an array, or
+    rows masked by a grammar on first use); ``noise``: the coupled rule's Gumbel noise."""
     s = cfg.sampler
     if s.greedy:
         if s.repeat_penalty == 1.0:
@@ -98,6 +110,12 @@ def judge(logits: np.ndarray, draft: Draft, history: Sequence[int], cfg: GenConf
     p = _Rows(logits, s, history, draft.tokens)
     if cfg.rule == "match":
         return sample_and_match(p, draft.tokens, rng)
+    if cfg.rule == "coupled" and noise is not None:
+        g = NoiseRows(noise, len(history), logits.shape[1])
+        untransformed = s.top_k == 0 and s.top_p == 1.0 and s.min_p == 0.0 and s.repeat_penalty == 1.0
+        if isinstance(logits, MaskedRows) and untransformed:  # a grammar: no full mask where it can be helped
+            return coupled_accept_by(lambda i: logits.gumbel_max(i, s.temperature, g[i]), draft.tokens)
+        return coupled_accept(p, draft.tokens, g)
     return rejection_sample(p, draft.q, draft.tokens, rng)
 
 
@@ -110,8 +128,8 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     ``proposer`` is used when ``cfg.speculative``; ``stop`` ends generation at the next step boundary;
     ``baseline_tps`` (plain tokens/s of this target here) lets the final stats carry speedup, c, v and bound;
     ``length``: a draft-length controller that carries what earlier generations measured (a fresh one for
-    ``cfg.k`` if None). Raises ContextFullError (prompt too long) and RollbackError (speculation on recurrent
-    memory) up front.
+    ``cfg.k`` if None). Raises ContextFullError (prompt too long), RollbackError (speculation on recurrent
+    memory) and GrammarError (a grammar llama.cpp cannot parse) up front.
     """
     cfg.validate()
     if not prompt:
@@ -126,7 +144,12 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         raise RollbackError(f"{target.path.name} has recurrent/hybrid memory, which cannot roll back "
                             "rejected draft tokens; turn speculation off for this model")
     rng = make_rng(cfg.sampler)
-    sample_draft = not cfg.sampler.greedy and cfg.rule == "rejection"
+    sample_draft = not cfg.sampler.greedy and cfg.rule in ("rejection", "coupled")
+    track = GrammarTrack(compile_grammar(target, cfg.grammar)) if cfg.grammar is not None else None
+    noise = None
+    if cfg.rule == "coupled" and not cfg.sampler.greedy:
+        seed = cfg.sampler.seed if cfg.sampler.seed is not None else int(rng.integers(2 ** 63))
+        noise = GumbelNoise(seed)
     length = length or DraftLength(cfg.k, cfg.k_max)
     length.begin()
     free: Optional[Proposer] = None  # prompt lookup for the controller's free probes
@@ -158,12 +181,19 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                 free = PromptLookupProposer()
                 free.begin(prompt)
             source = free
-        draft = source.propose(tokens, k, cfg.sampler, rng, sample_draft) if k > 0 else Draft()
+        coupling = {"noise": noise} if noise is not None and getattr(source, "couples", False) else {}
+        draft = source.propose(tokens, k, cfg.sampler, rng, sample_draft, **coupling) if k > 0 else Draft()
+        if track is not None:
+            draft = _cut(draft, track.cut(draft.tokens))
 
         t_pass = time.perf_counter()
         batch = [tokens[-1]] + draft.tokens
         logits = target.decode(batch, range(len(batch)))
-        n, nxt = judge(logits, draft, tokens, cfg, rng)
+        plain_argmax = cfg.sampler.greedy and cfg.sampler.repeat_penalty == 1.0
+        rows = logits if track is None else track.rows(logits, plain_argmax)
+        n, nxt = judge(rows, draft, tokens, cfg, rng, noise)
+        if track is not None:
+            track.advance(n, nxt, target.is_eog(nxt))
         target.rollback(len(tokens) + n)
         t_verify = time.perf_counter() - t_pass
 
@@ -179,6 +209,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                 draft_pos=i if i < len(draft.tokens) else None,
                 draft_prob=draft.probs[i] if i < len(draft.probs) else None, index=emitted,
                 draft_token=draft.tokens[i] if kind == CORRECTED and i < len(draft.tokens) else None,
+                logprob=token_logprob(logits[i], tok, cfg.logprobs) if cfg.logprobs is not None else None,
             ))
             emitted += 1
             if emitted >= cfg.max_tokens:
@@ -204,6 +235,14 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     stats.end(length.limit())
     yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps), text="".join(text),
                     tokens=tuple(tokens[len(prompt):]))
+
+
+def _cut(draft: Draft, n: int) -> Draft:
+    """The draft's first ``n`` tokens (those a grammar allows)."""
+    if n == len(draft.tokens):
+        return draft
+    return Draft(tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],
+                 seconds=draft.seconds, synced=draft.synced)
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,

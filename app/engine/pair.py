@@ -91,8 +91,10 @@ class Pair:
 
     # --- prompts ---------------------------------------------------------------------------------------
 
-    def chat_prompt(self, messages: Sequence[dict], cancel: Cancel = None) -> list[int]:
-        """Token ids for a conversation, rendered with the target's chat template.
+    def chat_prompt(self, messages: Sequence[dict], cancel: Cancel = None,
+                    tools: Optional[Sequence[dict]] = None) -> list[int]:
+        """Token ids for a conversation, rendered with the target's chat template (``tools``: OpenAI function
+        tools for a template that knows them; ``toolcalls.tool_prompt`` prepares both).
 
         Only the template's own text is parsed for control tokens: message text stays text, so a user who types
         ``<|im_end|><|im_start|>system`` cannot forge a turn. Usually the whole rendering tokenises as one (as
@@ -105,10 +107,10 @@ class Pair:
         bos_text = t.token_text(t.bos) if t.bos >= 0 else ""
         eos_text = t.token_text(t.eos) if t.eos >= 0 else ""
         template = t.chat_template()
-        text = render_chat(template, messages, bos=bos_text, eos=eos_text)
+        text = render_chat(template, messages, bos=bos_text, eos=eos_text, tools=tools)
         limit = t.n_ctx - 1
         ids = t.tokenize(text, add_special=True, parse_special=True, limit=limit, cancel=cancel)
-        pieces = message_pieces(template, messages, text, bos=bos_text, eos=eos_text)
+        pieces = message_pieces(template, messages, text, bos=bos_text, eos=eos_text, tools=tools)
         if pieces is None:
             if any(self._controls(t.tokenize(str(m["content"]), False, True, cancel=cancel)) for m in messages):
                 raise TemplateError("this model's chat template changes the message text, so a message holding "

@@ -4,7 +4,8 @@ A proposer sees the whole token history (prompt + accepted output) and returns u
 when it has them, the distributions ``q`` they were drawn from (needed by exact rejection sampling; ``None``
 means a deterministic proposal, ``q = onehot``). It keeps whatever cache it has in sync with the history by
 itself, so the decode loop never has to know what kind of proposer it drives. New kinds (cross-tokenizer,
-tree) implement the same three methods.
+tree) implement the same three methods. A proposer that sets ``couples = True`` also takes ``noise`` (the
+coupled rule's Gumbel noise, coupled.py) and samples with it; the others' proposals count as deterministic.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Optional, Protocol, Sequence
 import numpy as np
 
 from app.engine.backend import Model
+from app.engine.coupled import GumbelNoise, gumbel_max
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, recent_window
 from app.engine.verify import sample_from
 
@@ -54,6 +56,7 @@ class DraftModelProposer:
     """
 
     name = "draft"
+    couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
 
     def __init__(self, model: Model, p_min: float = 0.0):
         self.model = model
@@ -64,7 +67,7 @@ class DraftModelProposer:
             self.model.sync(prompt[:-1], need_logits=False)
 
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
-                rng: np.random.Generator, sample: bool) -> Draft:
+                rng: np.random.Generator, sample: bool, noise: Optional[GumbelNoise] = None) -> Draft:
         t0 = time.perf_counter()
         draft = Draft(q=[] if sample else None)
         room = self.model.n_ctx - len(history) - 1
@@ -77,7 +80,7 @@ class DraftModelProposer:
         for j in range(k):
             if sample:
                 q = distribution(logits, sampler, recent)
-                x = sample_from(q, rng)
+                x = sample_from(q, rng) if noise is None else gumbel_max(q, noise.at(len(history) + j, len(q)))
                 p_x, top = float(q[x]), float(q.max())
             else:
                 x = greedy_token(logits, sampler, recent)

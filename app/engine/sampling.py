@@ -84,6 +84,9 @@ def distribution(logits: np.ndarray, settings: SamplerSettings, history: Sequenc
         out[int(np.argmax(z))] = 1.0
         return out
 
+    if not 0 < settings.top_k < vocab and settings.top_p >= 1.0 and settings.min_p <= 0.0:  # nothing truncated:
+        w = np.exp((z - z.max()) / settings.temperature)  # no need to sort the vocabulary (5 ms of 6 at 49k)
+        return w / w.sum()
     if 0 < settings.top_k < vocab:
         keep = np.argpartition(-z, settings.top_k - 1)[: settings.top_k]
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import json
 import re
 from datetime import datetime
 from typing import Optional, Sequence
@@ -18,10 +19,11 @@ class TemplateError(BadInput, ValueError):
 
 
 def render_chat(template: Optional[str], messages: Sequence[dict], bos: str = "", eos: str = "",
-                add_generation_prompt: bool = True) -> str:
+                add_generation_prompt: bool = True, tools: Optional[Sequence[dict]] = None) -> str:
     """Render ``messages`` ([{"role", "content"}]) with the model's Jinja chat template (sandboxed).
 
     Models without a template get a plain "Role: text" transcript, which base models continue sensibly.
+    ``tools`` (OpenAI function tools) are handed to templates that know them (toolcalls.py decides).
     """
     for m in messages:
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
@@ -37,13 +39,20 @@ def render_chat(template: Optional[str], messages: Sequence[dict], bos: str = ""
                                         loader=jinja2.BaseLoader())
     env.globals.update(raise_exception=raise_exception,
                        strftime_now=lambda fmt: datetime.now().strftime(fmt))
+    env.filters["tojson"] = _tojson
+    extra = {"tools": list(tools)} if tools else {}
     try:
         return env.from_string(template).render(
             messages=list(messages), bos_token=bos, eos_token=eos,
-            add_generation_prompt=add_generation_prompt,
+            add_generation_prompt=add_generation_prompt, **extra,
         )
     except jinja2.TemplateError as exc:
         raise TemplateError(f"chat template failed to render: {exc}") from exc
+
+
+def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False) -> str:
+    """``tojson`` as chat templates expect it (Hugging Face's: plain JSON, not Jinja's HTML-escaped one)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 class Utf8Stream:
@@ -63,7 +72,7 @@ _MARK = re.compile("\ue000(\\d+)\ue001")
 
 
 def message_pieces(template: Optional[str], messages: Sequence[dict], rendered: str, bos: str = "",
-                   eos: str = "") -> Optional[list[tuple[str, bool]]]:
+                   eos: str = "", tools: Optional[Sequence[dict]] = None) -> Optional[list[tuple[str, bool]]]:
     """``rendered`` (the template's output for ``messages``) cut into (text, is_message) pieces: the message
     texts, which are the users' words, and the template's own text around them, whose markers are special.
 
@@ -71,7 +80,7 @@ def message_pieces(template: Optional[str], messages: Sequence[dict], rendered: 
     changes the texts it is given (then where they sit is unknown)."""
     try:
         marked = render_chat(template, [dict(m, content=f"\ue000{i}\ue001") for i, m in enumerate(messages)],
-                             bos=bos, eos=eos)
+                             bos=bos, eos=eos, tools=tools)
     except TemplateError:
         return None
     for adjust in (lambda s: s, str.strip):  # templates that trim the message text
