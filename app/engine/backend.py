@@ -7,26 +7,21 @@ Only what the decode loop needs: batched decode with logits requested for chosen
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import llama_cpp as L
 import numpy as np
 
 from app.engine import chunking
 from app.engine.errors import TandemError
+from app.engine.llamalog import quiet_logs, recorded_log
 from app.engine.placement import Placement, parse as parse_placement
 from app.engine.vocab import VOCAB_TYPES, VocabInfo
 
-_init_lock = threading.Lock()
-_initialised = False
-_load_lock = threading.Lock()  # one load at a time, so that the log recorded is that load's
-_load_log: Optional[list] = None  # llama.cpp's log of the load in progress (placement.parse reads it)
 
 
 class BackendError(TandemError, RuntimeError):
@@ -54,39 +49,6 @@ class ContextFullError(BackendError):
 
 class TokenizeCancelled(BackendError):
     """Tokenisation was abandoned because the caller's cancel signal was set (the client left)."""
-
-
-@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-def _silent_log(level, text, user_data):  # pragma: no cover - called from C
-    if _load_log is not None:
-        _load_log.append(text.decode(errors="replace"))
-    if os.environ.get("TANDEM_LLAMA_LOG") == "1":
-        print(text.decode(errors="replace"), end="", flush=True)
-
-
-def quiet_logs() -> None:
-    """Route llama.cpp's log to nowhere (``TANDEM_LLAMA_LOG=1`` shows it) and initialise the backend once."""
-    global _initialised
-    with _init_lock:
-        if not _initialised:
-            L.llama_log_set(_silent_log, ctypes.c_void_p(0))
-            L.llama_backend_init()
-            _initialised = True
-
-
-@contextlib.contextmanager
-def recorded_log() -> Iterator[list[str]]:
-    """Record llama.cpp's log while the block runs (e.g. a grammar parser's complaint), one recording at a
-    time (loads record theirs the same way)."""
-    global _load_log
-    quiet_logs()
-    with _load_lock:
-        lines: list[str] = []
-        _load_log = lines
-        try:
-            yield lines
-        finally:
-            _load_log = None
 
 
 @dataclass(frozen=True)
@@ -126,14 +88,9 @@ class Model:
 
     def _open(self, options: LoadOptions) -> None:
         """Load the weights and create the context (recording llama.cpp's log of it for ``placement``)."""
-        global _load_log
-        with _load_lock:
-            L.llama_log_set(_silent_log, ctypes.c_void_p(0))  # ours again, should anything have replaced it
-            _load_log = []
-            try:
-                self._load(options)
-            finally:
-                log, _load_log = "".join(_load_log), None
+        with recorded_log() as lines:
+            self._load(options)
+        log = "".join(lines)
         self._placement = parse_placement(log, L.llama_model_n_layer(self.model))
         self.n_ctx = L.llama_n_ctx(self.ctx)
         self.n_batch = min(L.llama_n_batch(self.ctx), L.llama_n_ubatch(self.ctx))  # llama.cpp may clamp

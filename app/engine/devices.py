@@ -82,7 +82,7 @@ def local_gpu() -> bool:
 def gpu_offload_supported() -> bool:
     """Whether this llama.cpp build can put layers on a GPU of this machine (CUDA, Metal, Vulkan, …).
     ``llama_supports_gpu_offload`` alone also says yes for a CPU build that has the RPC backend."""
-    from app.engine.backend import quiet_logs
+    from app.engine.llamalog import quiet_logs
 
     quiet_logs()
     return bool(L.llama_supports_gpu_offload()) and local_gpu()

@@ -40,7 +40,7 @@ from typing import Any, Iterator, Optional, Sequence, Union
 import llama_cpp as L
 import numpy as np
 
-from app.engine import backend
+from app.engine import llamalog
 from app.engine.errors import BadInput
 
 
@@ -171,7 +171,7 @@ def compile_grammar(target: Any, spec: GrammarSpec) -> Grammar:
     if vocab is None:
         raise GrammarError("this model cannot apply a grammar (no llama.cpp vocabulary)")
     text = spec.to_gbnf()
-    with backend.recorded_log() as log, _captured_stderr() as err:
+    with llamalog.recorded_log() as log, _captured_stderr() as err:
         handle = L.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
     if not handle:
         raise GrammarError(f"invalid grammar: {_complaint(err, log)}")

@@ -26,7 +26,8 @@ from typing import Optional, Sequence
 import llama_cpp as L
 
 from app.engine import devices
-from app.engine.backend import BackendError, default_threads, quiet_logs
+from app.engine.backend import BackendError, default_threads
+from app.engine.llamalog import quiet_logs
 
 PROTO = (7, 0, 0)  # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION of the vendored ggml-rpc.h
 MAX_SERVERS = 16  # GGML_RPC_MAX_SERVERS
