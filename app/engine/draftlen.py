@@ -11,23 +11,34 @@ loop decodes plainly — output unchanged, since plain steps are ordinary target
 
 - ``alpha``: per-token acceptance probability, from the acceptance history (judged positions only), with
   exponential forgetting so it follows the text;
-- ``t_d``: measured draft seconds per drafted token (a catch-up after a pause is not counted: it is a one-off);
+- ``t_d``: measured draft seconds per drafted token, the lower median of the last ``TD_WINDOW`` samples (timing
+  noise is one-sided: interference only slows a step); a draft's catch-up on unseen history is timed apart;
 - ``t_v(n) = a + b n``: the target's pass time for ``n`` tokens, fitted online by weighted least squares over
   recent passes, plain steps (n = 1) included, with a weak ridge towards ``b = a / 10`` while the passes do
   not yet vary.
 
 Measuring first, then choosing: the first step of a fresh controller is plain (t_v(1)), the second drafts
-``FIRST_K`` tokens (t_d, alpha and t_v(FIRST_K + 1)); from then on the argmax decides. While paused, *probes*
-keep the estimates measured, at exponentially growing gaps (``GAP_MIN`` .. ``GAP_MAX`` steps):
-- where even a perfect draft (alpha = 1) could not pay — verify cost rises about one target step per token,
-  as on a CPU with a compute-bound target — only the verify cost needs watching, so the probe verifies a
-  *free* proposal (a prompt-lookup match: no draft model, no catch-up), and the draft model stays asleep;
-- otherwise (acceptance is what limits) the probe drafts with the real proposer.
+``FIRST_K`` tokens (t_d, alpha and t_v(FIRST_K + 1)); from then on the argmax decides. A pause is a hypothesis:
+*probes* re-test it every ``GAP_MIN`` steps with the real draft until ``CONFIRM`` quiet probes agree, then at
+exponentially growing gaps (up to ``GAP_MAX``), each re-measuring what the pause rests on (``culprit``):
+- where even a perfect draft (alpha = 1) could not pay with a free draft — verify cost rises about one target
+  step per token, as on a CPU with a compute-bound target — the probe verifies a *free* proposal (prompt
+  lookup: no draft model, no catch-up);
+- where the draft's cost is what loses, the draft is *woken*: ``WAKE_K`` draft tokens are timed, not proposed,
+  on whatever the draft's cache holds (no catch-up);
+- where acceptance limits, the probe drafts with the real proposer.
+Probes of a confirmed pause cost under ``BUDGET`` of the paused time (what they cost beyond plain steps, a
+catch-up included, is counted). A pause resting on few probes or old ones is re-tested at the next generation.
+
+A busy machine is not a slow pair: a pass ``BUSY`` times slower than predicted is a hiccup and not learnt from;
+if that lasts ``PATIENCE`` passes, or passes run ``BUSY`` times faster ``QUIET`` times in a row (the other program
+stopped), the costs are forgotten and measured afresh, and a pause taken then says the machine looks busy.
 
 A controller outlives one generation (``Pair`` keeps one per proposer), so what it learnt about this pair on
 this machine carries over to the next request: a pair that cannot pay is not re-tried at every message.
 
-References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192); llama.cpp's ``p_min`` early stop.
+References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192); llama.cpp's ``p_min`` early stop; the
+median as a robust location estimate (Huber & Ronchetti, Robust Statistics, 2nd ed., 2009, ch. 3).
 """
 
 from __future__ import annotations
