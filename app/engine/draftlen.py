@@ -11,27 +11,39 @@ loop decodes plainly — output unchanged, since plain steps are ordinary target
 
 - ``alpha``: per-token acceptance probability, from the acceptance history (judged positions only), with
   exponential forgetting so it follows the text;
-- ``t_d``: measured draft seconds per drafted token (a catch-up after a pause is not counted: it is a one-off);
+- ``t_d``: measured draft seconds per drafted token, the lower median of the last ``TD_WINDOW`` samples (timing
+  noise is one-sided: interference only slows a step); a draft's catch-up on unseen history is timed apart;
 - ``t_v(n) = a + b n``: the target's pass time for ``n`` tokens, fitted online by weighted least squares over
   recent passes, plain steps (n = 1) included, with a weak ridge towards ``b = a / 10`` while the passes do
   not yet vary.
 
 Measuring first, then choosing: the first step of a fresh controller is plain (t_v(1)), the second drafts
-``FIRST_K`` tokens (t_d, alpha and t_v(FIRST_K + 1)); from then on the argmax decides. While paused, *probes*
-keep the estimates measured, at exponentially growing gaps (``GAP_MIN`` .. ``GAP_MAX`` steps):
-- where even a perfect draft (alpha = 1) could not pay — verify cost rises about one target step per token,
-  as on a CPU with a compute-bound target — only the verify cost needs watching, so the probe verifies a
-  *free* proposal (a prompt-lookup match: no draft model, no catch-up), and the draft model stays asleep;
-- otherwise (acceptance is what limits) the probe drafts with the real proposer.
+``FIRST_K`` tokens (t_d, alpha and t_v(FIRST_K + 1)); from then on the argmax decides. A pause is a hypothesis:
+*probes* re-test it every ``GAP_MIN`` steps with the real draft until ``CONFIRM`` quiet probes agree, then at
+exponentially growing gaps (up to ``GAP_MAX``), each re-measuring what the pause rests on (``culprit``):
+- where even a perfect draft (alpha = 1) could not pay with a free draft — verify cost rises about one target
+  step per token, as on a CPU with a compute-bound target — the probe verifies a *free* proposal (prompt
+  lookup: no draft model, no catch-up);
+- where the draft's cost is what loses, the draft is *woken*: ``WAKE_K`` draft tokens are timed, not proposed,
+  on whatever the draft's cache holds (no catch-up);
+- where acceptance limits, the probe drafts with the real proposer.
+Probes of a confirmed pause cost under ``BUDGET`` of the paused time (what they cost beyond plain steps, a
+catch-up included, is counted). A pause resting on few probes or old ones is re-tested at the next generation.
+
+A busy machine is not a slow pair: a pass ``BUSY`` times slower than predicted is a hiccup and not learnt from;
+if that lasts ``PATIENCE`` passes, or passes run ``BUSY`` times faster ``QUIET`` times in a row (the other program
+stopped), the costs are forgotten and measured afresh, and a pause taken then says the machine looks busy.
 
 A controller outlives one generation (``Pair`` keeps one per proposer), so what it learnt about this pair on
 this machine carries over to the next request: a pair that cannot pay is not re-tried at every message.
 
-References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192); llama.cpp's ``p_min`` early stop.
+References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192); llama.cpp's ``p_min`` early stop; the
+median as a robust location estimate (Huber & Ronchetti, Robust Statistics, 2nd ed., 2009, ch. 3).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from typing import Optional, Union
 
@@ -48,15 +60,22 @@ FIRST_K = 4  # draft length of the first measuring step: long enough to see the 
 # fixed K = 8 ran 1.21x); 4 draft tokens every 8..256 paused steps.
 PROBE_K = FIRST_K
 GAP_MIN, GAP_MAX = 8, 256  # paused steps between probes: doubles after each probe that confirms the pause
-GAP_FREE = 32  # the first gap before a free probe: the verify cost is the machine's and changes slowly
+CONFIRM = 2  # a pause is a hypothesis: re-tested every GAP_MIN steps until this many probes confirmed it
+STALE = 512  # steps after which what a pause rests on is old: re-tested at the start of the next generation
+WAKE_K = 2  # draft tokens timed (not proposed) to re-measure the draft's cost while the draft limits
+TD_WINDOW = 8  # recent draft-cost samples; the estimate is their lower median
+BUDGET = 0.02  # confirmed pauses: what probes cost beyond plain steps stays under 2 % of the paused time
 SWITCH_MARGIN = 0.02  # draft only where drafting is predicted to gain more than 2 % over a plain step …
 RESUME_MARGIN = 0.05  # … and more than 5 % to resume after a pause: a few lucky probes must not start a loss
 OUTLIER = 3.0  # a pass slower than this many times the fit's prediction counts as this many (a hiccup)
+BUSY = 4.0  # passes this many times slower (or faster) than predicted: the machine got busy (or quiet again)
+PATIENCE = 16  # busy passes skipped before the new level is taken as the machine's and re-measured
+QUIET = 3  # passes this many times faster than predicted, in a row, before the costs are re-measured
 
 
 class DraftLength:
-    """The draft-length controller. Read :attr:`k` (and :attr:`free_probe`) before a step, then report the
-    step with :meth:`update`."""
+    """The draft-length controller. Read :attr:`k`, :attr:`free_probe` and :attr:`wake` before a step, then
+    report the step with :meth:`update`."""
 
     def __init__(self, k: Union[int, str], k_max: int):
         self.auto = k == "auto"
@@ -64,23 +83,43 @@ class DraftLength:
         self.k = 0 if self.auto else int(k)  # a fresh auto controller measures a plain step first
         self.accepted = PRIOR_ALPHA * PRIOR_TRIALS
         self.trials = PRIOR_TRIALS
-        self.t_d: Optional[float] = None  # seconds per drafted token
+        self._reset_costs()
+        self.paused = False
+        self.free_probe = False  # this step's draft should come from a free proposal (prompt lookup)
+        self.wake = 0  # draft tokens to time this step without proposing them (re-measures the draft's cost)
+        self.gap, self.since_probe = GAP_MIN, 0
+        self.probing = False
+        self.evidence = 0  # quiet probes that confirmed the current pause
+        self.age = 0  # steps since the costs were last measured by a probe
+        self._ratios: deque = deque(maxlen=3)  # recent passes: measured time / predicted time
+        self._busy = self._quiet = 0  # consecutive passes far slower / faster than predicted
+        self.jumped: Optional[float] = None  # the costs were re-measured in a busy spell: timings jumped this much
+        self._debt = self._paused_time = 0.0  # what probes cost beyond plain steps; the paused steps' time
+        self._limit: Optional[str] = None  # the words for the current pause (recomputed when it changes)
+
+    def _reset_costs(self) -> None:
+        self._td: deque = deque(maxlen=TD_WINDOW)  # recent draft seconds per token
         self._w = self._n = self._t = self._nn = self._nt = 0.0  # weighted sums for t_v(n) = a + b n
         self._w1 = self._wm = 0.0  # weights of plain (n = 1) and multi-token passes seen
         self._plain: deque = deque(maxlen=2)  # the plain passes just before this step (cleared by others)
-        self.b_paired: Optional[float] = None  # verify slope in plain steps per extra token, each multi-token
+        self._paired: deque = deque(maxlen=4)  # verify slopes in plain steps per extra token, each multi-token
         # pass set against the plain passes just before it (so a slow spell of the machine cancels out)
-        self.paused = False
-        self.free_probe = False  # this step's draft should come from a free proposal (prompt lookup)
-        self.gap, self.since_probe = GAP_MIN, 0
-        self.probing = False
-        self._limit: Optional[str] = None  # the words for the current pause (recomputed when it changes)
 
     # --- estimates --------------------------------------------------------------------------------------
 
     @property
     def alpha(self) -> float:
         return self.accepted / self.trials
+
+    @property
+    def t_d(self) -> Optional[float]:
+        """Seconds per drafted token: the lower median of recent samples (timing noise only ever slows a
+        step, so one hiccup among two samples is ignored)."""
+        return lower_median(self._td)
+
+    @property
+    def b_paired(self) -> Optional[float]:
+        return lower_median(self._paired)
 
     def verify_cost(self) -> tuple[float, float]:
         """(a, b) of t_v(n) = a + b n: weighted least squares over recent passes, shrunk weakly towards the
@@ -94,103 +133,176 @@ class DraftLength:
         a = max(mean_t - b * mean_n, 1e-6)
         return a, b
 
-    def rates(self, alpha: Optional[float] = None) -> list[float]:
+    def rates(self, alpha: Optional[float] = None, t_d: Optional[float] = None) -> list[float]:
         """Expected tokens per second for K = 0 .. k_max (K = 0: a plain step). While paused, the verify
         slope is the steeper of the fit's and the paired one: resuming must convince both."""
         a, b = self.verify_cost()
-        if self.paused and self.b_paired is not None and self.b_paired * (a + b) > b:
-            a, b = max((a + b) * (1 - self.b_paired), 1e-6), (a + b) * self.b_paired
+        paired = self.b_paired
+        if self.paused and paired is not None and paired * (a + b) > b:
+            a, b = max((a + b) * (1 - paired), 1e-6), (a + b) * paired
         alpha = min(self.alpha if alpha is None else alpha, 0.999)
-        t_d = self.t_d or 0.0
+        t_d = (self.t_d or 0.0) if t_d is None else t_d
         return [expected_tokens(alpha, k) / (k * t_d + a + b * (k + 1)) for k in range(self.k_max + 1)]
 
     def measured(self) -> bool:
         """Enough is known to choose: a plain pass, a multi-token pass and the draft's cost."""
         return self._w1 > 0 and self._wm > 0 and self.t_d is not None
 
-    def can_pay(self) -> bool:
+    def can_pay(self, t_d: Optional[float] = None) -> bool:
         """Could any K beat plain decoding if the draft were always right (alpha = 1)?"""
-        r = self.rates(alpha=1.0)
+        r = self.rates(alpha=1.0, t_d=t_d)
         return max(r[1:]) > r[0] * (1.0 + SWITCH_MARGIN)
+
+    def culprit(self) -> str:
+        """What a pause rests on: "verify" (no K pays even with a free, perfect draft), "draft" (the draft's
+        cost: it would pay with a free one) or "acceptance"."""
+        if self.can_pay():
+            return "acceptance"
+        return "draft" if self.can_pay(t_d=0.0) else "verify"
+
+    def jump(self) -> float:
+        """How far the last few passes were from the fit's prediction (the median ratio; 1 = as predicted)."""
+        return statistics.median(self._ratios) if self._ratios else 1.0
+
+    @property
+    def warm(self) -> bool:
+        """Should the draft model read the prompt with the target (untimed prefill)? Yes unless paused on the
+        verify or draft cost: then probes need no caught-up draft, and a resumed draft catches up once."""
+        return not self.paused or not self.measured() or self.probing and not self.free_probe and not self.wake \
+            or self.culprit() == "acceptance"
 
     # --- choosing ---------------------------------------------------------------------------------------
 
-    def update(self, drafted: int, accepted: int, t_draft: float, t_verify: float, synced: int = 1) -> None:
-        """Record one step (``drafted`` tokens proposed, ``accepted`` kept; ``synced``: tokens the draft
-        model had to catch up on first) and choose the next K."""
+    def update(self, drafted: int, accepted: int, t_draft: float, t_verify: float, synced: int = 1,
+               t_sync: float = 0.0) -> None:
+        """Record one step (``drafted`` tokens proposed, ``accepted`` kept; ``t_sync`` of ``t_draft``: the
+        draft catching up on ``synced`` history tokens first) and choose the next K. A step that timed
+        :attr:`wake` draft tokens reports their seconds as ``t_draft`` with ``drafted`` = 0."""
         if not self.auto:
             return
         n = drafted + 1
-        if self._w1 > 0 and self._wm > 0:  # the fit stands: one hiccup (another process, a page fault) must
-            a, b = self.verify_cost()      # not move it far
-            t_verify = min(t_verify, OUTLIER * (a + b * n))
-        self._w = self._w * FORGET_COST + 1.0
-        self._n = self._n * FORGET_COST + n
-        self._t = self._t * FORGET_COST + t_verify
-        self._nn = self._nn * FORGET_COST + n * n
-        self._nt = self._nt * FORGET_COST + n * t_verify
-        if drafted:
-            self._wm += 1.0
-            if self._plain:
-                t1 = min(self._plain)
-                slope = max(0.0, (t_verify - t1) / (n - 1) / t1)
-                self.b_paired = slope if self.b_paired is None else 0.5 * self.b_paired + 0.5 * slope
-            self._plain.clear()  # pair only with plain passes right before a multi-token one
-        else:
-            self._w1 += 1.0
-            self._plain.append(t_verify)
+        woke = self.wake if self.probing and not drafted else 0
+        predicted = self._predict(n)
+        ratio = t_verify / predicted if predicted else 1.0
+        self._ratios.append(ratio)
+        self._busy = self._busy + 1 if ratio >= BUSY else 0
+        self._quiet = self._quiet + 1 if ratio * BUSY <= 1.0 else 0
+        if self._busy > PATIENCE or self._quiet >= QUIET:  # the machine's level changed: what was measured
+            self._remeasure()                               # belongs to another machine
+            predicted = None
+        hiccup = self._busy > 0  # (a busy pass says nothing about this pair's costs until it lasts)
+        if not hiccup:  # once the fit stands, one slow pass (a page fault) must not move it far
+            self._add_pass(n, min(t_verify, OUTLIER * predicted) if predicted and self._wm > 0 else t_verify)
         if drafted and not self.free_probe:  # a free probe says nothing about the draft model
             judged = min(accepted + 1, drafted)
             self.accepted = self.accepted * FORGET_ALPHA + accepted
             self.trials = self.trials * FORGET_ALPHA + judged
-            if synced <= 2:  # a long catch-up after a pause is a one-off cost, not a per-token one
-                per_token = t_draft / drafted
-                self.t_d = per_token if self.t_d is None else 0.8 * self.t_d + 0.2 * per_token
-        probed = self.probing and drafted > 0
-        if self.probing and drafted == 0:  # the probe found nothing to propose: try again next step
+        per_token = (t_draft - t_sync) / (drafted or woke) if (drafted and not self.free_probe) or woke else 0.0
+        if per_token > 0 and not hiccup:
+            self._td.append(per_token)
+        self.age += 1
+        if self.paused:
+            self._paused_time += t_verify
+        probed = self.probing and (drafted > 0 or woke > 0)
+        if probed and self.paused and predicted:
+            self._debt += t_draft + t_verify - (accepted + 1) * (self._predict(1) or 0.0)  # beyond plain steps
+        if self.probing and not probed:  # the probe found nothing to propose: try again next step
             return
         self.probing = self.free_probe = False
+        self.wake = 0
+        if probed:
+            self.age = 0
         self._choose(probed)
+
+    def _predict(self, n: int) -> Optional[float]:
+        if self._w1 == 0 and self._wm == 0:
+            return None
+        a, b = self.verify_cost()
+        return a + b * n
+
+    def _add_pass(self, n: int, t: float) -> None:
+        self._w = self._w * FORGET_COST + 1.0
+        self._n = self._n * FORGET_COST + n
+        self._t = self._t * FORGET_COST + t
+        self._nn = self._nn * FORGET_COST + n * n
+        self._nt = self._nt * FORGET_COST + n * t
+        if n > 1:
+            self._wm += 1.0
+            if self._plain:
+                t1 = min(self._plain)
+                self._paired.append(max(0.0, (t - t1) / (n - 1) / t1))
+            self._plain.clear()  # pair only with plain passes right before a multi-token one
+        else:
+            self._w1 += 1.0
+            self._plain.append(t)
+
+    def _remeasure(self) -> None:
+        """Timings moved far from the fit for several passes in a row (another program started or stopped):
+        forget the costs (acceptance stays) and measure again, a plain step then a short draft."""
+        jump = self.jump()
+        self._reset_costs()
+        self._busy = self._quiet = 0
+        self._ratios.clear()
+        self.jumped = jump if jump >= BUSY else None
+        self.evidence = 0
+        if self.paused:
+            self._limit = self._busy_words(jump)
 
     def _choose(self, probed: bool) -> None:
         if self._w1 == 0:
             self.k = 0  # measure a plain pass first
             return
         if not self.measured():
-            self._probe(free=False, k=FIRST_K)
+            self._probe("acceptance", k=FIRST_K)
             return
         r = self.rates()
         best = self._best(r)
         was = self.paused
         self.paused = r[0] * (1 + SWITCH_MARGIN) > r[best] if not was else r[best] < r[0] * (1 + RESUME_MARGIN)
         if not self.paused:
-            self.k, self.gap, self.since_probe, self._limit = best, GAP_MIN, 0, None
+            self.k, self.gap, self.since_probe, self._limit, self.evidence = best, GAP_MIN, 0, None, 0
+            if self.age > STALE:
+                self.jumped = None
             return
         self.k = 0
-        free = not self.can_pay()
-        if probed or not was:
-            self._limit = self._explain()
         if not was:
-            self.gap = GAP_FREE if free else GAP_MIN
-        if probed:
-            self.gap, self.since_probe = min(self.gap * 2, GAP_MAX), 0
+            self.gap, self.since_probe, self.evidence = GAP_MIN, 0, 0
+            self._debt = self._paused_time = 0.0
+        if probed or not was:
+            if probed and self.jumped is None and self.jump() < BUSY:
+                self.evidence += 1  # a quiet probe confirmed the pause
+            if probed and self.evidence >= CONFIRM:
+                self.gap = min(self.gap * 2, GAP_MAX)
+            self.since_probe = 0
+            self._limit = self._explain()
+        if self.jumped is not None and self.age > STALE:
+            self.jumped = None  # the busy level has lasted: it is this machine's now
         self.since_probe += 1
-        if self.since_probe > self.gap:
-            self._probe(free=free, k=1 if free else PROBE_K)
+        settled = self.evidence >= CONFIRM
+        if self.since_probe > self.gap and (not settled or self._debt <= BUDGET * self._paused_time):
+            self._probe(self.culprit() if settled else "acceptance")  # re-tests measure all three costs
 
     def _best(self, rates: list[float]) -> int:
         """The K >= 1 with the highest expected rate."""
         return max(range(1, self.k_max + 1), key=rates.__getitem__)
 
-    def _probe(self, free: bool, k: int = PROBE_K) -> None:
-        self.k, self.probing, self.free_probe = min(k, self.k_max), True, free
+    def _probe(self, culprit: str, k: int = PROBE_K) -> None:
+        """Measure what the pause rests on: the verify cost with a free proposal, the draft's cost by timing
+        a short draft that is not proposed, acceptance with the real draft."""
+        self.probing, self.free_probe, self.wake = True, culprit == "verify", 0
+        self.k = 1 if culprit == "verify" else min(k, self.k_max)
+        if culprit == "draft":
+            self.k, self.wake = 0, WAKE_K
 
     def begin(self) -> None:
         """A new generation starts: the cost estimates carry over; acceptance keeps its estimate but only
-        the weight of ``2 * PRIOR_TRIALS`` judged tokens, so the next text soon speaks for itself."""
+        the weight of ``2 * PRIOR_TRIALS`` judged tokens, so the next text soon speaks for itself. A pause
+        that rests on few or old measurements is re-tested at the first step."""
         keep = min(1.0, 2 * PRIOR_TRIALS / self.trials)
         self.accepted *= keep
         self.trials *= keep
+        if self.auto and self.paused and self.measured() and (self.evidence < CONFIRM or self.age > STALE):
+            self._probe("acceptance")  # with the real draft, warmed with the prompt (untimed)
 
     # --- explaining -------------------------------------------------------------------------------------
 
@@ -198,7 +310,14 @@ class DraftLength:
         """Why speculation is paused, in words, from the measured alpha, c and v; None while it drafts."""
         return self._limit if self.paused else None
 
+    @staticmethod
+    def _busy_words(jump: float) -> str:
+        how = f"jumped {jump:.0f}x" if jump >= 1 else f"dropped {1 / jump:.0f}x"
+        return f"the CPU looks busy: timings {how}; re-measuring — decoding plainly meanwhile"
+
     def _explain(self) -> str:
+        if self.jumped is not None or self.jump() >= BUSY:
+            return self._busy_words(self.jumped or self.jump())
         a, b = self.verify_cost()
         t1 = a + b
         c = (self.t_d or 0.0) / t1
@@ -208,11 +327,19 @@ class DraftLength:
             v = (a + b * n) / t1
             parts = ([f"a draft token costs {c:.2f} of a target step"] if c >= 0.5 or v <= n / 2 else []) + \
                     ([f"verifying {n} tokens costs {v:.1f} target steps"] if v > n / 2 else [])
-            return (f"{' and '.join(parts)} on this machine: drafting cannot pay here, however often the draft "
-                    f"is right — decoding plainly")
+            verdict = "however often the draft is right" if self.evidence >= CONFIRM else \
+                "as measured so far — re-measuring to be sure"
+            return f"{' and '.join(parts)} on this machine: drafting cannot pay here, {verdict} — decoding plainly"
         best = self._best(r)
         v = (a + b * (best + 1)) / t1
         cost = f", costs {c:.2f} of a target step per token," if c >= 0.01 else ""  # (lookup costs nothing)
         return (f"the draft agrees with the target {self.alpha:.0%} of the time{cost} and verifying {best + 1} "
                 f"tokens costs {v:.1f} steps: the best K ({best}) would run at {r[best] / r[0]:.2f}x — decoding "
                 f"plainly until that changes")
+
+
+def lower_median(samples) -> Optional[float]:
+    """The lower median (the middle sample, the smaller of the two middle ones for an even count), None if
+    empty: a robust estimate of a cost whose noise is one-sided (interference only ever slows a step)."""
+    xs = sorted(samples)
+    return xs[(len(xs) - 1) // 2] if xs else None

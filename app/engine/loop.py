@@ -157,7 +157,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     t0 = time.perf_counter()
     target.sync(prompt[:-1], need_logits=False)
     if spec is not None:
-        spec.begin(prompt, warm=not length.paused)  # paused: the draft catches up only if drafting resumes
+        spec.begin(prompt, warm=length.warm)  # paused on a cost: the draft catches up only if drafting resumes
     if on_prefill:
         on_prefill(time.perf_counter() - t0)
 
@@ -185,6 +185,8 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         draft = source.propose(tokens, k, cfg.sampler, rng, sample_draft, **coupling) if k > 0 else Draft()
         if track is not None:
             draft = _cut(draft, track.cut(draft.tokens))
+        if k == 0 and spec is not None and length.wake and hasattr(spec, "time_tokens"):
+            draft.seconds = spec.time_tokens(tokens, length.wake)  # re-measure the sleeping draft's cost
 
         t_pass = time.perf_counter()
         batch = [tokens[-1]] + draft.tokens
@@ -218,7 +220,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         probe = spec is not None and length.probing and bool(draft.tokens)  # (a probe may find nothing)
         paused = spec is not None and length.paused and not probe
         limit = length.limit() if paused else None  # why this step was plain (the update may resume drafting)
-        length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced)
+        length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced, t_sync=draft.t_sync)
         step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
                             paused=paused, probe=probe, limit=limit)

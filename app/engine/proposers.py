@@ -29,6 +29,7 @@ class Draft:
     probs: list[Optional[float]] = field(default_factory=list)  # proposer's confidence per token, for display
     seconds: float = 0.0
     synced: int = 0  # history tokens the proposer had to catch up on before drafting (1 in steady state)
+    t_sync: float = 0.0  # of ``seconds``: the catch-up on those tokens (a one-off, not a per-token cost)
 
 
 class Proposer(Protocol):
@@ -76,6 +77,7 @@ class DraftModelProposer:
             return draft
         draft.synced = self.model.missing(history)
         logits = self.model.sync(history)
+        draft.t_sync = time.perf_counter() - t0 if draft.synced > 1 else 0.0
         recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
         for j in range(k):
             if sample:
@@ -97,6 +99,19 @@ class DraftModelProposer:
                 logits = self.model.decode([x])[0]
         draft.seconds = time.perf_counter() - t0
         return draft
+
+    def time_tokens(self, history: Sequence[int], k: int) -> float:
+        """Seconds for ``k`` draft decodes past what the draft's cache holds, then rolled back: the draft's
+        cost re-measured while it sleeps, with no catch-up on the history (the cache is left as it was)."""
+        m = self.model
+        keep = m.n_past
+        k = min(k, m.n_ctx - keep)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            m.decode([history[-1]])
+        seconds = time.perf_counter() - t0
+        m.rollback(keep)
+        return seconds
 
     def close(self) -> None:
         """Nothing to free: the draft model belongs to whoever loaded it (the Pair closes it)."""

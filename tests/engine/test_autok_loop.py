@@ -3,7 +3,7 @@ target steps (identical output), the draft model is not woken for them, and the 
 
 from __future__ import annotations
 
-from app.engine.draftlen import FIRST_K, DraftLength
+from app.engine.draftlen import CONFIRM, FIRST_K, DraftLength
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, generate
 
@@ -12,18 +12,19 @@ class ScriptedCosts(DraftLength):
     """The real controller, fed scripted timings instead of the machine's (so what it decides does not depend
     on the load of the test machine): verifying n tokens costs n steps, a draft token half a step."""
 
-    def update(self, drafted, accepted, t_draft, t_verify, synced=1):
+    def update(self, drafted, accepted, t_draft, t_verify, synced=1, t_sync=0.0):
         super().update(drafted, accepted, 0.03 * drafted, 0.06 * (drafted + 1), synced)
 
 
 def paused_controller(k_max: int = 16) -> DraftLength:
-    """A controller that has measured a pair where no K can pay."""
+    """A controller that has measured a pair where no K can pay, its pause confirmed by probes."""
     length = ScriptedCosts("auto", k_max)
     length.update(0, 0, 0.0, 0.0)
     for _ in range(3):
         length.update(4, 3, 0.0, 0.0)
         length.update(0, 0, 0.0, 0.0)
     assert length.paused and not length.can_pay()
+    length.evidence = CONFIRM  # (a pause resting on fewer probes is re-tested at the next generation)
     return length
 
 

@@ -33,7 +33,7 @@ class Sim:
             while accepted < k and self.rng.random() < alpha:
                 accepted += 1
             self.tokens += accepted + 1
-            t_draft = 0.0 if free else self.jitter(self.t_draft * k)
+            t_draft = 0.0 if free else self.jitter(self.t_draft * (k or length.wake))  # (wake: timed, not proposed)
             length.update(k, accepted, t_draft, self.jitter(self.a + self.b * (k + 1)))
         return length
 

@@ -149,13 +149,13 @@ def test_the_draft_proposer_leaves_the_pairs_model_open():
 class ResumingLength:
     """A draft-length policy that starts paused and resumes drafting (K = 4) after its first step."""
 
-    paused, probing, free_probe, k = True, False, False, 0
+    paused, probing, free_probe, k, wake, warm = True, False, False, 0, 0, False
     WHY = "drafting was measured to lose"
 
     def begin(self) -> None:
         pass
 
-    def update(self, drafted, accepted, t_draft, t_verify, synced) -> None:
+    def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0) -> None:
         self.paused, self.k = False, 4
 
     def limit(self):
