@@ -96,3 +96,12 @@ def write_lfm2(path: Path, vocab_from: Path, seed: int = 0, n_embd: int = 64, n_
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+if __name__ == "__main__":  # python tests/tinyhybrid.py VOCAB.gguf OUT_DIR: the pair the tests use, for bench
+    import sys
+
+    out = Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    print(write_lfm2(out / "tiny-lfm2-target.gguf", Path(sys.argv[1]), seed=1))
+    print(write_lfm2(out / "tiny-lfm2-draft.gguf", Path(sys.argv[1]), seed=2, n_layer=2))
