@@ -160,3 +160,14 @@ def test_hybrid_sampling_keeps_the_target_distribution(hybrid_models):
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     crit = {8: 26.124, 7: 24.322, 5: 20.515, 3: 16.266}.get(len(keys) - 1, 30.0)  # significance 0.001
     assert chi2 < crit, (chi2, counts, expected)
+
+
+def test_compat_states_hybrid_memory(hybrid_files):
+    from app.models import archs, compat
+
+    t, d = hybrid_files
+    v = compat.check_pair(str(t), str(d), remember=False)
+    assert v.ok
+    assert any("target (lfm2) has hybrid/recurrent memory" in n for n in v.extra["memory"])
+    assert archs.memory("granitehybrid") is archs.Memory.NO_ROLLBACK and archs.memory("llama") is archs.Memory.KV
+    assert "refused" in archs.memory_note("mamba2", "target")

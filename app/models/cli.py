@@ -167,6 +167,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                 print(f"  {side.id}: judged from the {side.where} ({side.bytes_read} bytes read)")
         if v.extra.get("warning"):
             print(f"  warning: {v.extra['warning']}")
+        for note in v.extra.get("memory", ()):
+            print(f"  memory: {note}")
     return 0 if v.ok else 1
 
 
