@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import llama_cpp as L
 import numpy as np
 
-from app.engine.memory import DEFAULT_RS_SNAPSHOTS, RecurrentMemory, Way
+from app.engine.memory import DEFAULT_RS_SNAPSHOTS, RecurrentMemory, recurrent_rollback
 from app.engine.placement import Placement, parse as parse_placement
 from app.engine.vocab import VOCAB_TYPES, VocabInfo
 
@@ -80,6 +80,8 @@ def default_threads() -> int:
 
 class Model:
     """A loaded GGUF with its own context holding one sequence (id 0)."""
+
+    _rs: Optional[RecurrentMemory] = None  # recurrent memory's book-keeping (None: a KV cache, or a split target)
 
     def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
         quiet_logs()
@@ -226,7 +228,7 @@ class Model:
         if n_keep >= len(self.cached):
             return
         if self._rs is not None:
-            self._rollback_recurrent(n_keep)
+            recurrent_rollback(self, n_keep)
             return
         if not self._seq_rm(n_keep):
             raise RollbackError(
@@ -234,28 +236,6 @@ class Model:
                 "(recurrent/hybrid models cannot drop rejected draft tokens)"
             )
         del self.cached[n_keep:]
-
-    def _rollback_recurrent(self, n_keep: int) -> None:
-        """In-ubatch snapshots when they reach, else the last checkpoint, else decode the prefix again."""
-        rs = self._rs
-        if rs.snapshot_ok(len(self.cached) - n_keep) and self._seq_rm(n_keep):
-            del self.cached[n_keep:]
-            rs.rolled_back(Way.SNAPSHOT)
-            return
-        ck = rs.checkpoint
-        if ck is not None and ck.pos <= n_keep and rs.restore() and self._seq_rm(ck.pos):
-            redo, way = self.cached[ck.pos:n_keep], Way.CHECKPOINT
-            del self.cached[ck.pos:]
-        else:
-            if rs.notice is None:
-                rs.notice = (f"{self.path.name}: its recurrent memory cannot drop the last {len(self.cached) - n_keep} "
-                             f"tokens (no snapshot or checkpoint reaches); the {n_keep} kept tokens are decoded again")
-            redo, way = self.cached[:n_keep], Way.REPREFILL
-            self.reset()
-        for start in range(0, len(redo), self.n_batch):
-            self.decode(redo[start:start + self.n_batch], ())
-        rs.forget(n_keep)
-        rs.rolled_back(way)
 
     def memory_counts(self) -> dict:
         """Rollbacks by way (``memory.Way`` -> count) on recurrent memory; empty for a KV cache."""

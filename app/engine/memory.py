@@ -92,3 +92,28 @@ class RecurrentMemory:
         """The sequence was cut below the checkpoint: it no longer describes a prefix."""
         if self.checkpoint is not None and self.checkpoint.pos > n_keep:
             self.checkpoint = None
+
+
+def recurrent_rollback(model, n_keep: int) -> None:
+    """``model.rollback`` on recurrent memory: in-ubatch snapshots when they reach, else the last checkpoint,
+    else decode the kept prefix again. ``model`` is a ``backend.Model`` whose ``_rs`` is set."""
+    rs: RecurrentMemory = model._rs
+    cached = model.cached
+    if rs.snapshot_ok(len(cached) - n_keep) and model._seq_rm(n_keep):
+        del cached[n_keep:]
+        rs.rolled_back(Way.SNAPSHOT)
+        return
+    ck = rs.checkpoint
+    if ck is not None and ck.pos <= n_keep and rs.restore() and model._seq_rm(ck.pos):
+        redo, way = cached[ck.pos:n_keep], Way.CHECKPOINT
+        del cached[ck.pos:]
+    else:
+        if rs.notice is None:
+            rs.notice = (f"{model.path.name}: its recurrent memory cannot drop the last {len(cached) - n_keep} "
+                         f"tokens (no snapshot or checkpoint reaches); the {n_keep} kept tokens are decoded again")
+        redo, way = cached[:n_keep], Way.REPREFILL
+        model.reset()
+    for start in range(0, len(redo), model.n_batch):
+        model.decode(redo[start:start + model.n_batch], ())
+    rs.forget(n_keep)
+    rs.rolled_back(way)
