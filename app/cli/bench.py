@@ -19,6 +19,8 @@ from app.numfmt import fmt as _f
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark plain vs speculative decoding on a pair")
     p.add_argument("--pair", default=None, help="catalog pair id (default: the catalog's default pair)")
+    p.add_argument("--target", help="a target GGUF file instead of a catalog pair (with --draft, or --proposer lookup)")
+    p.add_argument("--draft", help="the draft GGUF file that goes with --target")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
     p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
     p.add_argument("--max-tokens", type=limit("max_tokens"), default=256)
@@ -50,7 +52,17 @@ def run(args: argparse.Namespace) -> int:
         prompts = load_prompts(args.prompts_file, args.suite)
     except PromptFileError as exc:
         fail(str(exc))
-    entry, target, draft = ensure_pair(args.pair)
+    if args.target:
+        target, draft = Path(args.target), Path(args.draft) if args.draft else None
+        missing = [str(f) for f in (target, draft) if f is not None and not f.is_file()]
+        if missing:
+            fail("no such file: " + ", ".join(missing))
+        if draft is None and args.proposer == "draft":
+            fail("--target needs --draft (or --proposer lookup)")
+        pair_id = None
+    else:
+        entry, target, draft = ensure_pair(args.pair)
+        pair_id = entry.id
     gen = GenConfig(max_tokens=args.max_tokens, k=args.k, k_max=args.k_max, p_min=args.p_min,
                     proposer=args.proposer, rule=args.rule,
                     sampler=SamplerSettings(temperature=args.temperature, seed=args.seed))
@@ -62,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
              "alone; give the workers with --rpc")
     if args.reference == "bare-spec" and args.proposer != "draft":
         fail("--reference bare-spec compares draft-model speculation; use --proposer draft")
-    print(f"[bench] pair {entry.id}: target {target.name}, draft {draft.name}; {len(prompts)} prompts, "
+    print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}; "
+          f"{len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
     pair, gpu = load(target, draft if args.proposer == "draft" else None, args, "bench")
     local = None
@@ -82,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     for skip in result.skipped:
         print(f"skipped: prompt {skip['id']}: {skip['error']}")
     if args.json_out:
-        out = dict(result.to_dict(), pair=entry.id, gpu=gpu, command=command)
+        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command)
         Path(args.json_out).write_text(json.dumps(out, indent=2))
         print(f"[bench] wrote {args.json_out}")
     print(f"[bench] reproduce: {command}")

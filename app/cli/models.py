@@ -160,6 +160,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                 print(f"  {model.id}: judged from the {model.where} ({model.bytes_read} bytes read)")
         if v.extra.get("warning"):
             print(f"  warning: {v.extra['warning']}")
+        for note in v.extra.get("memory", ()):
+            print(f"  memory: {note}")
     return 0 if v.ok else 1
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from app.engine import chunking
 from app.engine.errors import TandemError
 from app.engine.llamalog import quiet_logs, recorded_log
+from app.engine.memory import DEFAULT_RS_SNAPSHOTS, RecurrentMemory, recurrent_rollback
 from app.engine.placement import Placement, parse as parse_placement
 from app.engine.vocab import VOCAB_TYPES, VocabInfo
 
@@ -60,6 +61,7 @@ class LoadOptions:
     mmap: bool = True  # False reads the weights into memory instead of mapping the file
     rpc: tuple[str, ...] = ()  # RPC workers (host:port) to split the model over (see split.py)
     tensor_split: tuple[float, ...] = ()  # share of the offloaded layers per device, llama.cpp's order
+    rs_snapshots: int = DEFAULT_RS_SNAPSHOTS  # recurrent-state snapshots for rollback (archs that have them)
 
 
 def default_threads() -> int:
@@ -73,6 +75,8 @@ def default_threads() -> int:
 
 class Model:
     """A loaded GGUF with its own context holding one sequence (id 0)."""
+
+    _rs: Optional[RecurrentMemory] = None  # recurrent memory's book-keeping (None: a KV cache, or a split target)
 
     def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
         quiet_logs()
@@ -96,6 +100,10 @@ class Model:
         self.n_batch = min(L.llama_n_batch(self.ctx), L.llama_n_ubatch(self.ctx))  # llama.cpp may clamp
         self.mem = L.llama_get_memory(self.ctx)
         self.recurrent = bool(L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model))
+        self.n_rs_seq = int(L.llama_n_rs_seq(self.ctx)) if self.recurrent else 0
+        # the longest suffix a verification pass may drop: None = any (a KV cache), 0 = none (no snapshots)
+        self.rollback_limit = min(self.n_rs_seq, self.n_batch - 1) if self.recurrent else None
+        self._rs = RecurrentMemory(self.ctx, self.n_rs_seq) if self.recurrent else None
         self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
 
     def _load(self, options: LoadOptions) -> None:
@@ -111,6 +119,7 @@ class Model:
         cparams.n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
         cparams.n_batch = cparams.n_ubatch = options.n_batch
         cparams.n_seq_max = 1
+        cparams.n_rs_seq = max(0, options.rs_snapshots)  # llama.cpp clamps it to 0 where the arch has none
         threads = options.n_threads or default_threads()
         cparams.n_threads = cparams.n_threads_batch = self.n_threads = threads
         cparams.no_perf = True
@@ -164,6 +173,8 @@ class Model:
         if rc != 0:
             raise BackendError(f"llama_decode failed with code {rc} ({'no KV slot' if rc == 1 else 'error'})")
         self.cached.extend(tokens)
+        if self._rs is not None:
+            self._rs.decoded(n)
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = L.llama_get_logits(self.ctx)
@@ -195,6 +206,8 @@ class Model:
             rows = self.decode(chunk, (-1,) if last and need_logits else ())
             if last and need_logits:
                 logits = np.array(rows[0], copy=True)
+        if self._rs is not None and self.cached:
+            self._rs.save(len(self.cached))  # where a later rollback past the snapshots restarts from
         return logits
 
     def missing(self, tokens: Sequence[int]) -> int:
@@ -202,8 +215,11 @@ class Model:
         return len(tokens) - _common_prefix(self.cached, tokens)
 
     def rollback(self, n_keep: int) -> None:
-        """Drop every cached position >= ``n_keep``; checked (recurrent memory refuses partial removal)."""
+        """Drop every cached position >= ``n_keep``; checked. Recurrent memory: see ``memory.py``."""
         if n_keep >= len(self.cached):
+            return
+        if self._rs is not None:
+            recurrent_rollback(self, n_keep)
             return
         if not self._seq_rm(n_keep):
             raise RollbackError(
@@ -212,12 +228,22 @@ class Model:
             )
         del self.cached[n_keep:]
 
+    def memory_counts(self) -> dict:
+        """Rollbacks by way (``memory.Way`` -> count) on recurrent memory; empty for a KV cache."""
+        return dict(self._rs.counts) if self._rs is not None else {}
+
+    def memory_notice(self) -> Optional[str]:
+        """Why this model's sequence had to be decoded again, if it ever had to (said once)."""
+        return self._rs.notice if self._rs is not None else None
+
     def _seq_rm(self, n_keep: int) -> bool:
         return bool(L.llama_memory_seq_rm(self.mem, 0, n_keep, -1))
 
     def reset(self) -> None:
         L.llama_memory_clear(self.mem, True)
         self.cached.clear()
+        if self._rs is not None:
+            self._rs.checkpoint, self._rs.pending, self._rs.last_batch = None, False, 0
 
     # --- tokenizer -----------------------------------------------------------------------------------
 

@@ -140,9 +140,10 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
             "shorten it or load the pair with a larger context"
         )
     spec = proposer if cfg.speculative else None
-    if spec is not None and target.recurrent:
-        raise RollbackError(f"{target.path.name} has recurrent/hybrid memory, which cannot roll back "
-                            "rejected draft tokens; turn speculation off for this model")
+    reach = getattr(target, "rollback_limit", None)  # recurrent memory drops at most this many tokens a pass
+    if spec is not None and target.recurrent and not reach:
+        raise RollbackError(f"{target.path.name} has recurrent/hybrid memory of an architecture whose state "
+                            "llama.cpp cannot roll back; turn speculation off for this model")
     rng = make_rng(cfg.sampler)
     sample_draft = not cfg.sampler.greedy and cfg.rule in ("rejection", "coupled")
     track = GrammarTrack(compile_grammar(target, cfg.grammar)) if cfg.grammar is not None else None
@@ -174,7 +175,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         if room < 1:
             reason = "context"
             break
-        k = min(length.k, cfg.max_tokens - emitted - 1, room - 1) if spec is not None else 0
+        k = min(length.k, cfg.max_tokens - emitted - 1, room - 1, reach or room) if spec is not None else 0
         source = spec
         if k > 0 and length.free_probe and spec.name != PromptLookupProposer.name:
             if free is None:

@@ -76,7 +76,7 @@ class SplitTarget(Model):
             L.llama_model_free(self.model)
             raise
         self.n_ctx, self.n_batch, self.n_threads = facts["n_ctx"], facts["n_batch"], facts["n_threads"]
-        self.recurrent = facts["recurrent"]
+        self.recurrent, self.rollback_limit = facts["recurrent"], facts["rollback_limit"]
         self._placement = Placement(*facts["placement"])
         self._facts = facts
 
@@ -192,7 +192,8 @@ def _host(conn, path: str, options: LoadOptions, shm_name: str, n_vocab: int) ->
         return
     p = model.placement()
     conn.send(("ok", {"n_ctx": model.n_ctx, "n_batch": model.n_batch, "n_threads": model.n_threads,
-                      "recurrent": model.recurrent, "placement": (p.layers_gpu, p.layers_total, p.buffers),
+                      "recurrent": model.recurrent,
+                      "rollback_limit": model.rollback_limit, "placement": (p.layers_gpu, p.layers_total, p.buffers),
                       "size": model.size_bytes, "n_params": model.n_params, "desc": model.describe()}))
     while True:
         try:

@@ -16,7 +16,7 @@ import numpy as np
 class Target(Protocol):
     n_ctx: int  # tokens the context (KV cache) holds
     path: Path  # the model file (its name appears in errors)
-    recurrent: bool  # recurrent/hybrid memory cannot roll back: no speculation on it
+    recurrent: bool  # recurrent/hybrid memory: speculation only where ``rollback_limit`` (optional) is > 0
 
     def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
         """Make the cache hold exactly ``tokens`` (keeping the common prefix)."""

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from app.engine.errors import TandemError
 from app.engine.vocab import VocabInfo, check
-from app.models import library, meta
+from app.models import archs, library, meta
 from app.models.catalog import Catalog, load
 from app.models.ggufheader import GGUFError
 from app.models.meta import ModelMeta
@@ -95,6 +95,9 @@ def check_pair(target: str, draft: str, cat: Optional[Catalog] = None, remember:
     warning = speed_warning(tm, dm)
     if warning:
         out.extra["warning"] = warning
+    notes = [n for n in (archs.memory_note(tm.architecture, "target"), archs.memory_note(dm.architecture, "draft")) if n]
+    if notes:
+        out.extra["memory"] = notes
     if remember:
         library.remember_pair(ts.id, ds.id, verdict.ok, verdict.reason,
                               fingerprints=[tm.vocab_fingerprint, dm.vocab_fingerprint])
