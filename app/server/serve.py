@@ -12,6 +12,7 @@ from typing import Optional
 from fastapi import FastAPI
 
 from app.engine.rpc import LOOPBACK
+from app.server import guard as G
 from app.server.openai_api import OpenAIApi, mount
 from app.service.loading import app_state, say, startup_pair
 from app.service.ports import port_is_free
@@ -26,13 +27,15 @@ def check_exposure(host: str, api_key: Optional[str]) -> None:
                          "Add --api-key KEY, or keep the default 127.0.0.1.")
 
 
-def build(state: AppState, api_key: Optional[str] = None) -> tuple[FastAPI, OpenAIApi]:
+def build(state: AppState, api_key: Optional[str] = None,
+          guard: Optional[G.Guard] = None) -> tuple[FastAPI, OpenAIApi]:
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
-    return app, mount(app, state, api_key)
+    return app, mount(app, state, api_key, guard)
 
 
 def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Optional[str] = None,
-              pair_id: Optional[str] = None, gpu_layers: tuple = ("auto", "auto"), rpc: tuple = ()) -> int:
+              pair_id: Optional[str] = None, gpu_layers: tuple = ("auto", "auto"), rpc: tuple = (),
+              allow_origins: tuple = (), max_body_mib: Optional[float] = None) -> int:
     import uvicorn
 
     check_exposure(host, api_key)
@@ -40,7 +43,7 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
         raise SystemExit(f"port {port} on {host} is in use; choose another with --port")
     state = app_state(gpu_layers, rpc)
     startup_pair(state, pair_id)
-    app, _ = build(state, api_key)
+    app, _ = build(state, api_key, G.make(host, api_key, allow_origins, max_body_mib))
     shown = "127.0.0.1" if host == "localhost" else host
     if host not in LOOPBACK:
         say(f"WARNING: serving on {host} — reachable from other machines; every request needs the API key.")
