@@ -51,7 +51,7 @@ class Run:
         self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
 
         def build(pair):
-            ids = prompt(pair)
+            ids = prompt(pair, self.stop)  # the stop switch also abandons a long tokenisation
             self.prompt_tokens = len(ids)
             return ids
 
@@ -304,11 +304,11 @@ class OpenAIApi:
         if kind == "chat":
             messages = schema.chat_messages(cast(schema.ChatRequest, req), resolved)
             limits.check_chat_size(messages)  # before the lock: an oversized chat costs milliseconds
-            prompt = lambda pair: pair.chat_prompt(messages)  # noqa: E731 - the same prompt as /chat
+            prompt = lambda pair, cancel: pair.chat_prompt(messages, cancel=cancel)  # noqa: E731 - as /chat
         else:
             text = schema.completion_text(cast(schema.CompletionRequest, req))
             limits.check_prompt_size(text)
-            prompt = lambda pair: pair.completion_prompt(text)  # noqa: E731
+            prompt = lambda pair, cancel: pair.completion_prompt(text, cancel=cancel)  # noqa: E731
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(256)
         return Run(self.state, prompt, resolved, schema.stops(req), self._limiter), req
