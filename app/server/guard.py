@@ -14,8 +14,10 @@ Every refusal is an OpenAI-shaped error body.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 from urllib.parse import urlsplit
 
 from fastapi import Request
@@ -40,6 +42,30 @@ def _hostname(netloc: str) -> str:
         return ""
 
 
+class Drain:
+    """Shutting down (SIGTERM, SIGINT): new and queued requests get 503, running generations stop at their
+    next step. ``track`` registers a request's stop switch; ``shut`` flips them all."""
+
+    def __init__(self) -> None:
+        self.closing = threading.Event()
+        self._stops: Any = weakref.WeakSet()
+
+    def track(self, stop: threading.Event) -> None:
+        self._stops.add(stop)
+        if self.closing.is_set():
+            stop.set()
+
+    def shut(self) -> None:
+        self.closing.set()
+        for stop in list(self._stops):
+            stop.set()
+
+    def refusal(self) -> Optional[Refused]:
+        if not self.closing.is_set():
+            return None
+        return Refused("the server is shutting down; try again when it is back", status=503, code="shutting_down")
+
+
 @dataclass(frozen=True)
 class Guard:
     host: Optional[str] = None  # the bound host; None: loopback
@@ -47,6 +73,7 @@ class Guard:
     max_body: int = MAX_BODY
     check_host: bool = True
     hosts: frozenset = field(default=frozenset(), init=False)
+    drain: Drain = field(default_factory=Drain, compare=False)
 
     def __post_init__(self) -> None:
         extra = {self.host.lower()} if self.host and self.host not in ("0.0.0.0", "::") else set()
@@ -54,6 +81,9 @@ class Guard:
 
     def refusal(self, request: Request) -> Optional[Refused]:
         """The reason to refuse ``request`` before reading its body, or None."""
+        closing = self.drain.refusal()
+        if closing is not None:
+            return closing
         host = request.headers.get("host", "")
         if self.check_host and _hostname(host) not in self.hosts:
             return Refused(f"Host {host[:80]!r} is not this server: requests must be addressed to "

@@ -262,9 +262,13 @@ class OpenAIApi:
                 status = denied.status_code
                 return denied
             run, req = self._prepare(await self.guard.body(request), kind)
+            self.guard.drain.track(run.stop)
             if not await run.begin(request):
                 status = 499  # the client closed the connection while waiting (nginx's code)
                 return Response(status_code=499)
+            closing = self.guard.drain.refusal()  # shut down while this request waited its turn
+            if closing is not None and not run.text:
+                raise closing
             env = F.Envelope(kind, self.model_id())
             if req.stream:
                 include_usage = bool(req.stream_options and req.stream_options.include_usage)

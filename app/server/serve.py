@@ -7,7 +7,7 @@ checks as ``Authorization: Bearer <key>``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from fastapi import FastAPI
 
@@ -19,6 +19,30 @@ from app.service.ports import port_is_free
 from app.service.state import AppState
 
 DEFAULT_PORT = 8080
+KEEP_ALIVE_S = 5  # an idle or half-open connection is closed after this many seconds
+GRACE_S = 3  # seconds a shutdown waits for open responses before closing them
+
+
+def _uvicorn_server() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which on SIGTERM / SIGINT first stops the running generation and answers the
+        queued requests 503 (uvicorn alone waits for every open response to finish)."""
+
+        def __init__(self, config: uvicorn.Config, drain: G.Drain):
+            super().__init__(config)
+            self.drain = drain
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.drain.shut()
+            super().handle_exit(sig, frame)
+
+    return Server
+
+
+def _Server(config: Any, drain: G.Drain) -> Any:
+    return _uvicorn_server()(config, drain)
 
 def check_exposure(host: str, api_key: Optional[str]) -> None:
     """Refuse to serve beyond this machine without a key."""
@@ -43,13 +67,16 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
         raise SystemExit(f"port {port} on {host} is in use; choose another with --port")
     state = app_state(gpu_layers, rpc)
     startup_pair(state, pair_id)
-    app, _ = build(state, api_key, G.make(host, api_key, allow_origins, max_body_mib))
+    checks = G.make(host, api_key, allow_origins, max_body_mib)
+    app, _ = build(state, api_key, checks)
     shown = "127.0.0.1" if host == "localhost" else host
     if host not in LOOPBACK:
         say(f"WARNING: serving on {host} — reachable from other machines; every request needs the API key.")
     say(f"OpenAI-compatible API on http://{shown}:{port}/v1  (metrics: /metrics; Ctrl+C to quit)")
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=GRACE_S)
+        _Server(config, checks.drain).run()
     finally:
         state.unload()
     return 0
