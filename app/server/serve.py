@@ -65,6 +65,9 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
     check_exposure(host, api_key)
     if not port_is_free(host, port):
         raise SystemExit(f"port {port} on {host} is in use; choose another with --port")
+    from app.lab.stores import check_stores
+
+    check_stores()  # a bad store or registered model: one line each on stderr, never a failed start
     state = app_state(gpu_layers, rpc)
     startup_pair(state, pair_id)
     checks = G.make(host, api_key, allow_origins, max_body_mib)

@@ -65,3 +65,9 @@ def test_pull_with_a_path_for_a_repository(tmp_path):
 
 def test_unreadable_api_key_file(tmp_path):
     one_line(run(["serve", "--api-key-file", str(tmp_path / "missing")]), "API key file")
+
+
+def test_worker_with_a_bad_device_exits_at_once():
+    proc = run(["worker", "--device", "NOPE"])
+    one_line(proc, "NOPE")
+    assert "RPC worker on" not in proc.stdout
