@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from app.cli import bench, models, serve, setup, test, tune, ui, worker
 from app.errors import EXIT_ERROR, cli_line
@@ -17,12 +18,29 @@ from app.errors import EXIT_ERROR, cli_line
 COMMANDS = (ui, serve, setup, bench, models, tune, worker, test)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported like every other error: one ``error:`` line naming the command
+    and the argument (``--help`` shows the usage), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="launcher.py", description="Tandem: local speculative decoding.")
+    parser = _Parser(prog="launcher.py", description="Tandem: local speculative decoding.")
     sub = parser.add_subparsers(dest="command")
     for command in COMMANDS:
         command.register(sub)
     return parser
+
+
+def _check_environment() -> None:
+    """Numbers read from the environment later (at a split load, at serve start), checked before any work."""
+    from app.engine import limits
+
+    limits.env_number("TANDEM_RPC_TIMEOUT", 120.0, "rpc_timeout")
+    limits.env_number("TANDEM_MAX_BODY_MIB", 8.0, "body_mib")
 
 
 def main(argv: list[str]) -> int:
@@ -37,6 +55,7 @@ def main(argv: list[str]) -> int:
         build_parser().print_help()
         return 2
     try:
+        _check_environment()
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -99,3 +99,31 @@ def reproduce_command(argv: list[str]) -> str:
     """The command line that runs this again."""
     args = argv[1:] if argv and argv[0].endswith("launcher.py") else argv
     return "python launcher.py " + " ".join(shlex.quote(a) for a in args if a)
+
+
+def add_guard_args(parser: argparse.ArgumentParser) -> None:
+    """The API key (flag, file or TANDEM_API_KEY) and the request guard's allow-list and body limit."""
+    parser.add_argument("--api-key", help="Bearer key required on every /v1 route (needed beyond loopback); "
+                        "visible to other local users: prefer --api-key-file or TANDEM_API_KEY")
+    parser.add_argument("--api-key-file", type=Path, help="read the API key from this file (first line)")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a web origin allowed to call the API, e.g. https://example.org (repeatable; '*' any; "
+                        "also TANDEM_ALLOW_ORIGINS, comma separated)")
+    parser.add_argument("--max-body-mib", type=limit("max-body-mib", "body_mib"), help="largest request body in MiB (default 8; also TANDEM_MAX_BODY_MIB)")
+
+
+def api_key(args: argparse.Namespace) -> Optional[str]:
+    """--api-key, else the first line of --api-key-file, else TANDEM_API_KEY (None: no key)."""
+    import os
+
+    if args.api_key:
+        return str(args.api_key)
+    if args.api_key_file is not None:
+        try:
+            key = args.api_key_file.read_text(encoding="utf-8").strip().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"cannot read the API key file {args.api_key_file}: {getattr(exc, 'strerror', None) or exc}")
+        if not key or not key[0].strip():
+            fail(f"the API key file {args.api_key_file} is empty")
+        return key[0].strip()
+    return os.environ.get("TANDEM_API_KEY", "").strip() or None

@@ -67,9 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_gpu_args(p)
     g = p.add_argument_group("history")
     g.add_argument("--history", action="store_true", help="list stored runs and exit")
-    g.add_argument("--show", type=int, metavar="ID", help="print a stored run's report")
+    g.add_argument("--show", type=limit("run id", "run_id"), metavar="ID", help="print a stored run's report")
     g.add_argument("--compare", metavar="A,B", help="compare two stored runs")
-    g.add_argument("--delete", type=int, metavar="ID", help="delete a stored run and its files")
+    g.add_argument("--delete", type=limit("run id", "run_id"), metavar="ID", help="delete a stored run and its files")
     p.set_defaults(func=run)
 
 
@@ -185,7 +185,7 @@ def _history(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     if args.compare:
         try:
-            a, b = (int(x) for x in args.compare.split(","))
+            a, b = (limits.run_id(x) for x in args.compare.split(","))
             print(compare_markdown(hist.compare(a, b)))
         except (ValueError, KeyError) as exc:
             fail(f"--compare needs two stored run ids A,B ({exc})")

@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import argparse
 
-from app.cli.args import add_gpu_args
+from app.cli.args import add_guard_args, add_gpu_args, api_key, port
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     ui = sub.add_parser("ui", help="start the app (the default)")
     ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--port", type=int, default=7860, help="first port to try (the next free one is used)")
+    ui.add_argument("--port", type=port, default=7860, help="first port to try (the next free one is used)")
     ui.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     ui.add_argument("--auth", help="user:password, required for a --host other than loopback")
     ui.add_argument("--pair", help="catalog pair to load at start (default: the catalog's default)")
-    ui.add_argument("--api-key", help="Bearer key for the OpenAI-compatible /v1 routes (needed beyond loopback)")
+    add_guard_args(ui)
     add_gpu_args(ui)
     ui.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # Gradio (and FastAPI) load for this command alone
+    from functools import partial
+
+    from app.server import guard
     from app.server.openai_api import mount
     from app.ui.app import serve
 
+    key = api_key(args)
+    checks = guard.make(args.host, key, args.allow_origin, args.max_body_mib)
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
-                 pair_id=args.pair, api_key=args.api_key,
-                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc, api=mount)
+                 pair_id=args.pair, api_key=key, api=partial(mount, guard=checks),
+                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc)

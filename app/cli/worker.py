@@ -12,7 +12,6 @@ import argparse
 import signal
 import socket
 import sys
-import threading
 
 from app.cli.args import port
 from app.engine import devices, rpc
@@ -57,22 +56,17 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise rpc.RpcError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} (another worker "
                            "there? choose another --port)") from None
-    failed = threading.Event()
-
-    def run() -> None:
-        rpc.serve(args.host, args.port, args.device, args.threads, args.cache)
-        failed.set()  # serve only returns when llama.cpp could not start the server
-
-    # The server blocks in C; a thread keeps the main thread free for Ctrl+C and SIGTERM.
-    threading.Thread(target=run, daemon=True, name="rpc-server").start()
+    served = rpc.start(args.host, args.port, args.device, args.threads, args.cache)
     print(f"[tandem] RPC worker on {args.host}:{args.port}; on the other machine: "
           f"--rpc {_reach(args.host)}:{args.port}. Ctrl+C stops it.", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        while not failed.wait(0.5):
+        while not served.ended.wait(0.5):
             pass
     except KeyboardInterrupt:
         return 0
+    if served.error is not None:
+        raise served.error
     raise rpc.RpcError(f"llama.cpp could not start the RPC server on {args.host}:{args.port} (see above)")
 
 

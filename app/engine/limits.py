@@ -74,6 +74,8 @@ RANGES: dict[str, Range] = {
     "memory_gib": Range(0.0, 1 << 20, integer=False, note="--vram / --ram given for another machine"),
     "port": Range(1, 65535, note="--port of serve, worker and the API"),
     "run_id": Range(1, (1 << 63) - 1, note="a stored Pair lab run (tune --show, --compare)"),
+    "body_mib": Range(0.0, 4096.0, integer=False, lo_open=True,
+                      note="--max-body-mib, TANDEM_MAX_BODY_MIB: request body, MiB"),
     "rpc_timeout": Range(0.0, 86400.0, integer=False, lo_open=True, note="TANDEM_RPC_TIMEOUT, seconds"),
 }
 

@@ -23,8 +23,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app.engine.summary import Summary
-from app.errors import api_error, ui_message
+from app.errors import TandemError, api_error, ui_message
+from app.engine import limits
 from app.server import openai_format as F, openai_schema as schema
+from app.server.guard import Guard
 from app.service import settings as S
 from app.service.metrics import CONTENT_TYPE, Metrics
 from app.service.runner import Job, Live, RunStatus, stream
@@ -49,7 +51,7 @@ class Run:
         self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
 
         def build(pair):
-            ids = prompt(pair)
+            ids = prompt(pair, self.stop)  # the stop switch also abandons a long tokenisation
             self.prompt_tokens = len(ids)
             return ids
 
@@ -189,8 +191,10 @@ async def _events(run: Run, env: F.Envelope, include_usage: bool) -> AsyncIterat
 class OpenAIApi:
     """The routes, bound to one AppState (and so to the generation lock the UI's tabs wait on too)."""
 
-    def __init__(self, state: AppState, api_key: Optional[str] = None, metrics: Optional[Metrics] = None):
+    def __init__(self, state: AppState, api_key: Optional[str] = None, metrics: Optional[Metrics] = None,
+                 guard: Optional[Guard] = None):
         self.state, self.api_key = state, (api_key or None)  # an empty key is no key
+        self.guard = guard or Guard(check_host=self.api_key is None)  # origin, host, body size (guard.py)
         self.metrics = metrics or Metrics(state)
         self._limiter: Optional[anyio.CapacityLimiter] = None  # threads of queued requests, apart from Gradio's
 
@@ -203,6 +207,9 @@ class OpenAIApi:
         return r
 
     def _denied(self, request: Request) -> Optional[JSONResponse]:
+        refused = self.guard.refusal(request)
+        if refused is not None:
+            return _error(schema.RequestError(str(refused), code=refused.code, status=refused.status))
         if self.api_key is None:
             return None
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -252,12 +259,16 @@ class OpenAIApi:
         try:
             denied = self._denied(request)
             if denied:
-                status = 401
+                status = denied.status_code
                 return denied
-            run, req = self._prepare(await request.body(), kind)
+            run, req = self._prepare(await self.guard.body(request), kind)
+            self.guard.drain.track(run.stop)
             if not await run.begin(request):
                 status = 499  # the client closed the connection while waiting (nginx's code)
                 return Response(status_code=499)
+            closing = self.guard.drain.refusal()  # shut down while this request waited its turn
+            if closing is not None and not run.text:
+                raise closing
             env = F.Envelope(kind, self.model_id())
             if req.stream:
                 include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -274,6 +285,9 @@ class OpenAIApi:
         except schema.RequestError as exc:
             status = exc.status
             return _error(exc)
+        except TandemError as exc:  # a limit or refusal found before any work
+            status, type_, code = api_error(exc)
+            return _error(schema.RequestError(str(exc), code=code, status=status, type_=type_, param=exc.param))
         except Exception as exc:  # never a traceback for the client; the server keeps running
             status = 500
             return _error(schema.RequestError(ui_message(exc), code="internal_error", status=500,
@@ -293,17 +307,20 @@ class OpenAIApi:
                                       status=503, type_="server_error")
         if kind == "chat":
             messages = schema.chat_messages(cast(schema.ChatRequest, req), resolved)
-            prompt = lambda pair: pair.chat_prompt(messages)  # noqa: E731 - the same prompt as /chat
+            limits.check_chat_size(messages)  # before the lock: an oversized chat costs milliseconds
+            prompt = lambda pair, cancel: pair.chat_prompt(messages, cancel=cancel)  # noqa: E731 - as /chat
         else:
             text = schema.completion_text(cast(schema.CompletionRequest, req))
-            prompt = lambda pair: pair.completion_prompt(text)  # noqa: E731
+            limits.check_prompt_size(text)
+            prompt = lambda pair, cancel: pair.completion_prompt(text, cancel=cancel)  # noqa: E731
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(256)
         return Run(self.state, prompt, resolved, schema.stops(req), self._limiter), req
 
 
-def mount(app: FastAPI, state: AppState, api_key: Optional[str] = None) -> OpenAIApi:
+def mount(app: FastAPI, state: AppState, api_key: Optional[str] = None,
+          guard: Optional[Guard] = None) -> OpenAIApi:
     """Add the endpoints to a running (or not yet running) FastAPI app, e.g. Gradio's ``demo.app``."""
-    api = OpenAIApi(state, api_key)
+    api = OpenAIApi(state, api_key, guard=guard)
     app.include_router(api.router())
     return api

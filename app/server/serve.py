@@ -7,17 +7,42 @@ checks as ``Authorization: Bearer <key>``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from fastapi import FastAPI
 
 from app.engine.rpc import LOOPBACK
+from app.server import guard as G
 from app.server.openai_api import OpenAIApi, mount
 from app.service.loading import app_state, say, startup_pair
 from app.service.ports import port_is_free
 from app.service.state import AppState
 
 DEFAULT_PORT = 8080
+KEEP_ALIVE_S = 5  # an idle or half-open connection is closed after this many seconds
+GRACE_S = 3  # seconds a shutdown waits for open responses before closing them
+
+
+def _uvicorn_server() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which on SIGTERM / SIGINT first stops the running generation and answers the
+        queued requests 503 (uvicorn alone waits for every open response to finish)."""
+
+        def __init__(self, config: uvicorn.Config, drain: G.Drain):
+            super().__init__(config)
+            self.drain = drain
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.drain.shut()
+            super().handle_exit(sig, frame)
+
+    return Server
+
+
+def _Server(config: Any, drain: G.Drain) -> Any:
+    return _uvicorn_server()(config, drain)
 
 def check_exposure(host: str, api_key: Optional[str]) -> None:
     """Refuse to serve beyond this machine without a key."""
@@ -26,27 +51,35 @@ def check_exposure(host: str, api_key: Optional[str]) -> None:
                          "Add --api-key KEY, or keep the default 127.0.0.1.")
 
 
-def build(state: AppState, api_key: Optional[str] = None) -> tuple[FastAPI, OpenAIApi]:
+def build(state: AppState, api_key: Optional[str] = None,
+          guard: Optional[G.Guard] = None) -> tuple[FastAPI, OpenAIApi]:
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
-    return app, mount(app, state, api_key)
+    return app, mount(app, state, api_key, guard)
 
 
 def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Optional[str] = None,
-              pair_id: Optional[str] = None, gpu_layers: tuple = ("auto", "auto"), rpc: tuple = ()) -> int:
+              pair_id: Optional[str] = None, gpu_layers: tuple = ("auto", "auto"), rpc: tuple = (),
+              allow_origins: tuple = (), max_body_mib: Optional[float] = None) -> int:
     import uvicorn
 
     check_exposure(host, api_key)
     if not port_is_free(host, port):
         raise SystemExit(f"port {port} on {host} is in use; choose another with --port")
+    from app.lab.stores import check_stores
+
+    check_stores()  # a bad store or registered model: one line each on stderr, never a failed start
     state = app_state(gpu_layers, rpc)
     startup_pair(state, pair_id)
-    app, _ = build(state, api_key)
+    checks = G.make(host, api_key, allow_origins, max_body_mib)
+    app, _ = build(state, api_key, checks)
     shown = "127.0.0.1" if host == "localhost" else host
     if host not in LOOPBACK:
         say(f"WARNING: serving on {host} — reachable from other machines; every request needs the API key.")
     say(f"OpenAI-compatible API on http://{shown}:{port}/v1  (metrics: /metrics; Ctrl+C to quit)")
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=GRACE_S)
+        _Server(config, checks.drain).run()
     finally:
         state.unload()
     return 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
+from typing import Iterator
 
 
 class FifoLock:
@@ -59,3 +61,41 @@ class FifoLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class Readers:
+    """Shared use of the loaded pair outside the generation lock (tokenising a prompt), excluded while the
+    pair is swapped or freed: ``with readers.shared():`` beside ``with readers.exclusive():``."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._n = 0
+        self._writer = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._n += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._n -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._writer = True  # new readers wait from here on
+            while self._n:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()

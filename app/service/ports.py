@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 
@@ -10,7 +11,11 @@ def _socket(host: str) -> socket.socket:
 
 
 def port_is_free(host: str, port: int) -> bool:
+    """Nothing listens on ``port``: connections of a previous run in TIME_WAIT do not count (the server binds
+    with SO_REUSEADDR too, so a restart does not wait them out)."""
     with _socket(host) as s:
+        if os.name != "nt":  # on Windows the option would let two servers share a port
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
             return True

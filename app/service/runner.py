@@ -122,14 +122,28 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
     lives = [Live(speculative=j.cfg.speculative, baseline_tps=baseline) for j in jobs]
     q: queue.Queue = queue.Queue()
 
+    def tokenised() -> tuple[Optional[Pair], list[int]]:
+        # before the lock: a long prompt is tokenised while another request generates (the pair is kept
+        # from being swapped meanwhile), and its client leaving abandons it (the prompt's cancel switch)
+        with state.readers.shared():
+            pair = state.pair
+            return pair, ([] if pair is None else list(prompt(pair)))
+
     def work() -> None:
+        try:
+            first, tokens = tokenised()
+        except Exception as exc:  # shown to the user; the app keeps running
+            q.put((exc, None, None))
+            q.put((_END, None, None))
+            return
         with state.generation_lock:
             q.put((_START, None, None))
             try:
                 pair = state.pair
                 if pair is None:
                     raise NoPairLoaded(state.load_error or "no pair is loaded yet; choose one in Pair settings")
-                tokens = list(prompt(pair))
+                if pair is not first:  # the pair was switched while this request waited
+                    tokens = list(prompt(pair))
                 for i, job in enumerate(jobs):
                     if stop.is_set():
                         break
@@ -158,8 +172,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
             try:
                 item, idx, now = q.get(timeout=interval)
             except queue.Empty:
-                if status == RunStatus.RUNNING:
-                    yield status, lives
+                yield status, lives  # also while waiting: the caller may see its client gone and stop
                 continue
             if item == _START:
                 status = RunStatus.RUNNING

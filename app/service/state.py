@@ -19,7 +19,7 @@ from app.engine.backend import BackendError, LoadOptions
 from app.engine.devices import active_backend
 from app.engine.pair import Pair
 from app.lab import baselines
-from app.service.fifo import FifoLock
+from app.service.fifo import FifoLock, Readers
 
 Progress = Callable[[float, str], None]  # (fraction 0..1, description)
 
@@ -42,6 +42,7 @@ class AppState:
     # called with (DoneEvent, GenConfig) after every generation the runner completes (e.g. the /metrics counters)
     observers: list[Callable[[Any, Any], None]] = field(default_factory=list)
     _switch_lock: threading.Lock = field(default_factory=threading.Lock)
+    readers: Readers = field(default_factory=Readers)  # prompts tokenised outside the generation lock
 
     def apply_defaults(self, settings: dict[str, Any]) -> None:
         """Make ``settings`` (k, p_min, proposer, draft, …) the defaults of Chat and Compare."""
@@ -98,7 +99,7 @@ class AppState:
                 check_gguf(path)
         with self._switch_lock:
             say(0.05, "waiting for the running generation to finish")
-            with self.generation_lock:
+            with self.generation_lock, self.readers.exclusive():
                 old = self.pair
                 say(0.2, f"loading {Path(target_path).name}" + (f" + {Path(draft_path).name}" if draft_path else ""))
                 try:
@@ -129,7 +130,7 @@ class AppState:
                 say(1.0, "loaded")
 
     def unload(self) -> None:
-        with self._switch_lock, self.generation_lock:
+        with self._switch_lock, self.generation_lock, self.readers.exclusive():
             if self.pair is not None:
                 self.pair.close()
             self.pair = None

@@ -1,0 +1,141 @@
+"""What a trusted local server checks before any work (llama.cpp's server and Ollama do the same):
+
+- **Origin**: a browser page on another site can POST to a loopback server (a ``text/plain`` body needs no
+  preflight). A request whose ``Origin`` is not loopback, not the server's own origin (the UI's page) and not
+  in the allow-list (``--allow-origin``, ``TANDEM_ALLOW_ORIGINS``; ``*`` allows any) gets 403.
+- **Host**: without an API key (loopback serving) a ``Host`` header other than a loopback name or the bound
+  host gets 403, which stops DNS rebinding. With a key, the key is the check.
+- **Body size**: a body over ``max_body`` bytes (8 MiB by default; ``--max-body-mib``, ``TANDEM_MAX_BODY_MIB``)
+  gets 413 at once: from ``Content-Length`` before a byte is read, or as soon as a chunked body crosses it.
+
+Every refusal is an OpenAI-shaped error body.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+from urllib.parse import urlsplit
+
+from fastapi import Request
+
+from app.engine.errors import TandemError
+
+MAX_BODY = 8 << 20
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "0:0:0:0:0:0:0:1"})
+
+
+class Refused(TandemError):
+    """A request refused before any work: the wrong origin or host (403) or too big (413)."""
+
+    status = 403
+    code = "forbidden"
+
+
+def _hostname(netloc: str) -> str:
+    try:
+        return (urlsplit("//" + netloc).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+class Drain:
+    """Shutting down (SIGTERM, SIGINT): new and queued requests get 503, running generations stop at their
+    next step. ``track`` registers a request's stop switch; ``shut`` flips them all."""
+
+    def __init__(self) -> None:
+        self.closing = threading.Event()
+        self._stops: Any = weakref.WeakSet()
+
+    def track(self, stop: threading.Event) -> None:
+        self._stops.add(stop)
+        if self.closing.is_set():
+            stop.set()
+
+    def shut(self) -> None:
+        self.closing.set()
+        for stop in list(self._stops):
+            stop.set()
+
+    def refusal(self) -> Optional[Refused]:
+        if not self.closing.is_set():
+            return None
+        return Refused("the server is shutting down; try again when it is back", status=503, code="shutting_down")
+
+
+@dataclass(frozen=True)
+class Guard:
+    host: Optional[str] = None  # the bound host; None: loopback
+    allow_origins: tuple[str, ...] = ()
+    max_body: int = MAX_BODY
+    check_host: bool = True
+    hosts: frozenset = field(default=frozenset(), init=False)
+    drain: Drain = field(default_factory=Drain, compare=False)
+
+    def __post_init__(self) -> None:
+        extra = {self.host.lower()} if self.host and self.host not in ("0.0.0.0", "::") else set()
+        object.__setattr__(self, "hosts", LOOPBACK_NAMES | extra)
+
+    def refusal(self, request: Request) -> Optional[Refused]:
+        """The reason to refuse ``request`` before reading its body, or None."""
+        closing = self.drain.refusal()
+        if closing is not None:
+            return closing
+        host = request.headers.get("host", "")
+        if self.check_host and _hostname(host) not in self.hosts:
+            return Refused(f"Host {host[:80]!r} is not this server: requests must be addressed to "
+                           "127.0.0.1 or localhost")
+        origin = request.headers.get("origin")
+        if origin is not None and not self.origin_ok(origin, host):
+            return Refused(f"cross-origin request from {origin[:80]!r} refused; allow it with --allow-origin "
+                           "or TANDEM_ALLOW_ORIGINS")
+        length = request.headers.get("content-length", "")
+        if length.strip().isdigit() and int(length) > self.max_body:
+            return self.too_big(int(length))
+        return None
+
+    def origin_ok(self, origin: str, host: str) -> bool:
+        if "*" in self.allow_origins or origin.rstrip("/") in self.allow_origins:
+            return True
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https"):
+            return False
+        return (parts.hostname or "").lower() in LOOPBACK_NAMES or parts.netloc.lower() == host.lower()
+
+    def too_big(self, n: Optional[int] = None) -> Refused:
+        got = f"{n} bytes" if n is not None else "more"
+        return Refused(f"the request body is {got}; at most {self.max_body} bytes are taken "
+                       "(--max-body-mib, TANDEM_MAX_BODY_MIB)", status=413, code="request_too_large")
+
+    async def body(self, request: Request) -> bytes:
+        """The body, read with a cap: Refused (413) as soon as it crosses ``max_body``."""
+        chunks, n = [], 0
+        async for chunk in request.stream():
+            n += len(chunk)
+            if n > self.max_body:
+                raise self.too_big()
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def origins(given: Iterable[str] = ()) -> tuple[str, ...]:
+    """The allow-list: ``--allow-origin`` values and ``TANDEM_ALLOW_ORIGINS`` (comma separated)."""
+    env = [o.strip() for o in os.environ.get("TANDEM_ALLOW_ORIGINS", "").split(",")]
+    return tuple(o.rstrip("/") for o in [*given, *env] if o and o.strip())
+
+
+def max_body(mib: Optional[float] = None) -> int:
+    """Bytes from ``--max-body-mib`` or ``TANDEM_MAX_BODY_MIB`` (default 8 MiB)."""
+    if mib is None:
+        from app.engine import limits
+
+        mib = limits.env_number("TANDEM_MAX_BODY_MIB", MAX_BODY / (1 << 20), "body_mib")
+    return int(mib * (1 << 20))
+
+
+def make(host: Optional[str], api_key: Optional[str], allow: Iterable[str] = (),
+         mib: Optional[float] = None) -> Guard:
+    return Guard(host=host, allow_origins=origins(allow), max_body=max_body(mib), check_host=not api_key)
