@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from app import paths
 from app.cli.args import add_gpu_args, fail, k_value, limit, load, reproduce_command
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
 from app.engine.sampling import SamplerSettings
@@ -48,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json_out:
+        paths.check_writable(args.json_out)  # before the run, not after it
     try:
         prompts = load_prompts(args.prompts_file, args.suite)
     except PromptFileError as exc:

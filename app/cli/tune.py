@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from app import paths
 from app.cli.args import add_gpu_args, fail, limit, load, reproduce_command
 from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
@@ -80,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    if args.json_out:
+        paths.check_writable(args.json_out)  # before the sweep, not after it
     entry, target, draft = ensure_pair(args.pair)
     req = LabRequest(drafts=args.drafts, ks=args.k, suite=args.suite, prompts_file=args.prompts_file,
                      max_tokens=args.max_tokens, temperature=args.temperature, quick=args.quick,

@@ -71,3 +71,9 @@ def test_worker_with_a_bad_device_exits_at_once():
     proc = run(["worker", "--device", "NOPE"])
     one_line(proc, "NOPE")
     assert "RPC worker on" not in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_json_output_to_a_missing_folder_fails_before_the_run(tmp_path, command):
+    out = tmp_path / "no-such-folder" / "result.json"
+    one_line(run([command, "--json", str(out)], home=tmp_path / "home"), "no-such-folder", "does not exist")
