@@ -1,8 +1,11 @@
 """Which speedup the Chat may claim for a reply, and how it knows: pure functions.
 
 A speedup is shown only for a speculative reply, and only as one of
-- **measured**: the reply's tokens/s over a plain run of the *same prompt* made on demand right after it;
-- **estimate**: what the model predicts from this reply's own α, mean K and draft/verify times,
+- **measured**: the reply's tokens/s over a plain run of the *same prompt* made on demand right after it,
+  or, without one, over the plain speed stored for this pair on this machine (its age in the label): one
+  source of truth, the reply's own tok/s, so the figure agrees with the tok/s beside it;
+- **estimate** (only with no plain speed measured here, and only for a reply that mostly drafted): what the
+  model predicts from this reply's own α, mean K and draft/verify times,
   E(α, K) / (K·c + v) (``stats.leviathan_bound``), where c and v are relative to one plain target step,
   taken from the reply's plain (paused) steps when it has enough of them, else from the stored plain speed,
   whose age is shown.
@@ -18,6 +21,7 @@ from app.engine.stats import costs
 from app.engine.summary import Summary
 
 MIN_PLAIN_STEPS = 3  # plain steps inside a reply needed to time a target step from the reply itself
+MIN_SAVED_S = 1.0  # replies shorter than this get no estimated "seconds saved"
 SPEED_KEYS = ("proposer", "k", "k_max", "p_min", "rule", "temperature", "top_k", "top_p", "min_p",
               "repeat_penalty")
 
@@ -82,12 +86,28 @@ def measured(summary: Summary, plain: Optional[Mapping[str, Any]], now: Optional
                       f"({float(plain['tps']):.1f} tok/s)"}
 
 
+def against_baseline(summary: Summary, baseline: Optional[Mapping[str, Any]], now: Optional[float] = None
+                     ) -> Optional[dict]:
+    """The reply's tokens/s over the plain speed stored for this pair on this machine, labelled with its age."""
+    tps = summary.tokens_per_s
+    if not baseline or not baseline.get("tps") or not tps:
+        return None
+    base = float(baseline["tps"])
+    return {"kind": "measured", "speedup": tps / base, "plain_tps": base,
+            "source": f"the plain speed measured on this machine {age(stamp_age(baseline.get('measured_at'), now))} "
+                      f"({base:.1f} tok/s)"}
+
+
 def choose(summary: Summary, speculative: bool, plain: Optional[Mapping[str, Any]] = None,
            baseline: Optional[Mapping[str, Any]] = None, now: Optional[float] = None) -> Optional[dict]:
-    """Measured if there is a plain run of this prompt, else the estimate; never with speculation off."""
+    """Against a plain run of this prompt, else against the stored plain speed, else the model's estimate for
+    a reply that mostly drafted; never with speculation off."""
     if not speculative:
         return None
-    return measured(summary, plain, now) or estimate(summary, baseline, now)
+    claim = measured(summary, plain, now) or against_baseline(summary, baseline, now)
+    if claim is None and summary.spec_steps * 2 >= summary.steps:
+        claim = estimate(summary, None, now)
+    return claim
 
 
 def seconds_saved(summary: Summary, claim: Optional[Mapping[str, Any]]) -> Optional[float]:
@@ -97,6 +117,8 @@ def seconds_saved(summary: Summary, claim: Optional[Mapping[str, Any]]) -> Optio
         return None
     if claim["kind"] == "measured":
         return summary.tokens / claim["plain_tps"] - t
+    if t < MIN_SAVED_S:  # an estimate from so short a reply says nothing about seconds
+        return None
     return t * (claim["speedup"] - 1.0)
 
 

@@ -34,8 +34,8 @@ body.tdm-nocolour .tdm-conv .tdm-tok{background:transparent;text-decoration:none
 """
 
 CHAT_CSS = """
-#tdm-chatbot{max-height:62vh;min-height:260px;overflow-y:auto;border:1px solid var(--border-color-primary);
-  border-radius:10px;padding:6px}
+#tdm-chatbot{max-height:62vh;min-height:260px;overflow-y:auto !important;overflow-x:hidden !important;
+  border:1px solid var(--border-color-primary);border-radius:10px;padding:6px}
 .tdm-conv{display:flex;flex-direction:column;gap:12px;padding:4px}
 .tdm-msg{display:flex;flex-direction:column;max-width:100%}
 .tdm-msg-user{align-items:flex-end}

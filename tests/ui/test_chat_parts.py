@@ -93,16 +93,29 @@ def test_measured_speedup_wins_and_gives_seconds_saved():
     assert speedup.seconds_saved(SPEC, claim) == pytest.approx(150 / 25.0 - 3.0)
 
 
-def test_estimate_uses_the_replys_own_plain_steps_before_a_stored_baseline():
+def test_without_a_plain_run_the_reply_is_measured_against_the_stored_plain_speed():
+    claim = speedup.choose(SPEC, True, None, {"tps": 20.0, "measured_at": "2020-01-01 00:00"})
+    assert claim["kind"] == "measured" and claim["speedup"] == pytest.approx(50.0 / 20.0)  # its own tok/s
+    assert "on this machine" in claim["source"] and "days ago" in claim["source"]
+    assert speedup.seconds_saved(SPEC, claim) == pytest.approx(150 / 20.0 - 3.0)
+
+
+def test_estimate_only_without_a_plain_speed_and_only_for_a_reply_that_mostly_drafted():
     summary = replace(SPEC, steps=45, t_verify=2.2)  # 4 plain steps of 50 ms each
-    claim = speedup.choose(summary, True, None, {"tps": 100.0, "measured_at": "2020-01-01 00:00"})
+    claim = speedup.choose(summary, True, None, None)
     assert claim["kind"] == "estimate" and "this reply" in claim["source"]
     t_step = 0.05
     c, v = 0.5 / 133 / t_step, 2.0 / 41 / t_step
     assert claim["c"] == pytest.approx(c) and claim["v"] == pytest.approx(v)
-    stale = speedup.choose(SPEC, True, None, {"tps": 20.0, "measured_at": "2020-01-01 00:00"})
-    assert stale["kind"] == "estimate" and "days ago" in stale["source"]
+    mostly_plain = replace(SPEC, steps=66, spec_steps=1, t_verify=4.0, t_verify_spec=0.06)
+    assert speedup.choose(mostly_plain, True, None, None) is None  # 65 of 66 passes plain: no "≈1.42×"
     assert speedup.choose(SPEC, True, None, None) is None  # nothing to compare with: no claim
+
+
+def test_a_short_reply_claims_no_estimated_seconds_saved():
+    short = replace(SPEC, steps=45, t_verify=2.2, t_total=0.35)  # 4 plain steps time a target step
+    claim = speedup.choose(short, True, None, None)
+    assert claim["kind"] == "estimate" and speedup.seconds_saved(short, claim) is None
 
 
 def test_reply_line_reads_like_the_issue_asks():

@@ -1,12 +1,15 @@
 """Benchmark tab (the Pair lab): sweep drafts × K on this machine, see the plots, use the recommendation,
 browse / compare / delete past runs and export a report. Endpoint ``/tune`` (gradio_client) returns the
-sweep's JSON: ``cells``, ``best``, ``recommendations``, ``partial``, ``run_id``, ``files``."""
+sweep's JSON: ``cells``, ``best``, ``recommendations``, ``partial``, ``run_id``, ``files``.
+
+``layout`` places the components, ``wire`` connects their events to the module-level handlers below it."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 import gradio as gr
@@ -120,17 +123,29 @@ def _cancel_key(request) -> str:
 def build(state):
     """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults). Returns a
     hidden number that changes whenever the defaults of Chat and Compare do ("Use this", a full sweep)."""
-    hist_holder: dict = {}
-
-    def hist() -> History:
-        if "h" not in hist_holder:
-            hist_holder["h"] = History()
-        return hist_holder["h"]
-
     tuned = load_tuned(state.pair_id)
     if tuned:  # what was tuned on this machine becomes the defaults of Chat and Compare
         state.apply_defaults(tuned)
+    hist = Histories()
+    view = layout(hist)
+    wire(state, view, hist)
+    return view.applied
 
+
+class Histories:
+    """The stored runs, opened on first use."""
+
+    def __init__(self) -> None:
+        self._h: Optional[History] = None
+
+    def __call__(self) -> History:
+        if self._h is None:
+            self._h = History()
+        return self._h
+
+
+def layout(hist: Histories) -> SimpleNamespace:
+    """Place the components; returned by name for ``wire``."""
     gr.Markdown("### Pair lab: which draft and K are fastest on *this* machine\n"
                 f"Measured here: {describe_machine(machine_info())}. Plain runs interleave with speculative ones; "
                 "every figure is a median over the prompts (spread: min–max).")
@@ -176,110 +191,139 @@ def build(state):
         history_md = gr.Markdown("")
         report_file = gr.File(label="Report (Markdown + plots + CSV, zip)", interactive=False)
     current = gr.State(None)
+    return SimpleNamespace(**{k: v for k, v in locals().items() if k != "hist"})
 
-    def tune(drafts: str, ks: str, suite: str, max_tokens, temperature: float, quick: bool, request: gr.Request,
-             progress=gr.Progress()) -> dict:
-        """Sweep drafts × K on the loaded pair; returns cells, best, recommendations, partial, run_id, files."""
-        if state.pair is None:
-            raise gr.Error("No pair is loaded: load one in Pair settings first.")
-        if not state.generation_lock.acquire(timeout=1.0):
-            raise gr.Error("A generation is running; try again when it has finished.")
-        cancel = state.stop_event(_cancel_key(request))  # a fresh switch; only this session's Cancel sets it
-        try:
-            progress(0.0, desc="planning the sweep (checking which installed models can draft)")
-            try:
-                req = LabRequest(drafts=str(drafts or "all").strip(), ks=str(ks or "").strip() or None,
-                                 suite=str(suite or "all"), max_tokens=_count(max_tokens),
-                                 temperature=float(temperature or 0.0), quick=bool(quick))
-                cfg = plan(state.pair, req)
-            except ValueError as exc:
-                raise gr.Error(str(exc)) from None
 
-            def on_progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
-                eta_text = f", ETA {int(eta)} s" if eta is not None else ""
-                progress((done, total), desc=f"{what}{eta_text}", unit="runs")
+def wire(state, v: SimpleNamespace, hist: Histories) -> None:
+    """Connect the events to the handlers below; the closures only hand over the state and keep Gradio's
+    signatures (the API endpoint "tune" keeps its parameters; gr.Request and gr.Progress are injected)."""
+    def on_tune(drafts: str, ks: str, suite: str, max_tokens, temperature: float, quick: bool,
+                request: gr.Request, progress=gr.Progress()) -> dict:
+        return tune(state, drafts, ks, suite, max_tokens, temperature, quick, request, progress)
 
-            result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
-                             command=_command(req, state.pair_id), store_tuned=not req.quick)
-            if result.tuned:  # a complete full sweep: the new defaults apply at once
-                state.apply_defaults(result.tuned)
-            return result.to_dict()  # the tab holds the JSON (gr.State, gr.JSON), as stored runs come
-        finally:
-            state.generation_lock.release()
-
-    def render(result: Optional[dict]):
+    def on_render(result: Optional[dict]):
         return render_result(result, hist())
 
-    def after_sweep(result: Optional[dict], n):
-        return (n or 0) + 1 if result and result.get("tuned") else gr.update()
+    def on_cancel(request: gr.Request):
+        return cancel_sweep(state, request)
 
-    outputs = [current, status, recommendation, category, plot_k, plot_pos, plot_mp, cells, runs]
-    run_btn.click(tune, [drafts, ks, suite, max_tokens, temperature, quick], [result_json], api_name="tune",
-                  show_progress_on=[status], **GEN) \
-        .then(render, [result_json], outputs, api_visibility="private", show_progress="hidden") \
-        .then(after_sweep, [result_json, applied], [applied], api_visibility="private", show_progress="hidden")
+    def on_list():
+        return list_drafts(state)
 
-    def do_cancel(request: gr.Request):
-        state.request_stop(_cancel_key(request))
-        return "Cancelling after the current run… the partial result is kept in the history."
+    def on_use(result: Optional[dict], cat: Optional[str], n):
+        return use_this(state, result, cat, n)
 
-    cancel_btn.click(do_cancel, None, [status], queue=False, api_visibility="private")
+    outputs = [v.current, v.status, v.recommendation, v.category, v.plot_k, v.plot_pos, v.plot_mp, v.cells, v.runs]
+    v.run_btn.click(on_tune, [v.drafts, v.ks, v.suite, v.max_tokens, v.temperature, v.quick], [v.result_json],
+                    api_name="tune", show_progress_on=[v.status], **GEN) \
+        .then(on_render, [v.result_json], outputs, api_visibility="private", show_progress="hidden") \
+        .then(after_sweep, [v.result_json, v.applied], [v.applied], api_visibility="private",
+              show_progress="hidden")
+    v.cancel_btn.click(on_cancel, None, [v.status], queue=False, api_visibility="private")
+    v.drafts_btn.click(on_list, None, [v.status], api_visibility="private", **GEN)
+    v.use_btn.click(on_use, [v.current, v.category, v.applied], [v.use_status, v.applied],
+                    api_visibility="private", show_progress_on=[v.use_status])
+    v.refresh_btn.click(lambda: history_rows(hist()), None, [v.runs], api_visibility="private")
+    v.show_btn.click(lambda a: show_run(hist, a), [v.run_a], outputs, api_visibility="private",
+                     show_progress_on=[v.status])
+    v.compare_btn.click(lambda a, b: compare_runs(hist, a, b), [v.run_a, v.run_b], [v.history_md],
+                        api_visibility="private")
+    v.delete_btn.click(lambda a: delete_run(hist, a), [v.run_a], [v.history_md, v.runs], api_visibility="private")
+    v.export_btn.click(lambda a: export_run(hist, a), [v.run_a], [v.history_md, v.report_file],
+                       api_visibility="private")
 
-    def list_drafts():
-        if state.pair is None:
-            return "No pair is loaded."
-        skipped: list = []
-        found = discover(state.pair, lambda name, why: skipped.append(f"- {name}: {why}"))
-        lines = ["Candidates: " + ", ".join([c.id for c in found] + ["lookup"])]
-        if skipped:
-            lines += ["", "Not compatible with the target:", *skipped]
-        return "\n".join(lines)
 
-    drafts_btn.click(list_drafts, None, [status], api_visibility="private", **GEN)
+# --- the handlers ---------------------------------------------------------------------------------------------
 
-    def use_this(result: Optional[dict], cat: Optional[str], n):
-        note = apply_recommendation(state, result, cat)
-        return note, (n or 0) + 1 if result and result.get("recommendations") else gr.update()
-
-    use_btn.click(use_this, [current, category, applied], [use_status, applied], api_visibility="private",
-                  show_progress_on=[use_status])
-
-    def parse_id(value) -> Optional[int]:
-        return int(value) if value not in (None, "") else None
-
-    def show(a):
-        run = hist().get(parse_id(a)) if parse_id(a) else None
-        if run is None:
-            return (None, "No such run.", *render(None)[2:])
-        result = run["result"] or {"cells": [], "partial": True}
-        out = list(render(result))
-        out[1] = f"Run #{run['id']} ({run['status']}), {run['created_at']}, {run['machine_line']}"
-        return tuple(out)
-
-    def compare(a, b):
+def tune(state, drafts: str, ks: str, suite: str, max_tokens, temperature: float, quick: bool, request: gr.Request,
+         progress: gr.Progress) -> dict:
+    """Sweep drafts × K on the loaded pair; returns cells, best, recommendations, partial, run_id, files."""
+    if state.pair is None:
+        raise gr.Error("No pair is loaded: load one in Pair settings first.")
+    if not state.generation_lock.acquire(timeout=1.0):
+        raise gr.Error("A generation is running; try again when it has finished.")
+    cancel = state.stop_event(_cancel_key(request))  # a fresh switch; only this session's Cancel sets it
+    try:
+        progress(0.0, desc="planning the sweep (checking which installed models can draft)")
         try:
-            return compare_markdown(hist().compare(parse_id(a), parse_id(b)))
-        except (KeyError, TypeError) as exc:
-            return f"Cannot compare: {exc}"
+            req = LabRequest(drafts=str(drafts or "all").strip(), ks=str(ks or "").strip() or None,
+                             suite=str(suite or "all"), max_tokens=_count(max_tokens),
+                             temperature=float(temperature or 0.0), quick=bool(quick))
+            cfg = plan(state.pair, req)
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
 
-    def delete(a):
-        ok = parse_id(a) is not None and hist().delete(parse_id(a))
-        return ("Deleted run #%s." % parse_id(a) if ok else "No such run."), history_rows(hist())
+        def on_progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
+            eta_text = f", ETA {int(eta)} s" if eta is not None else ""
+            progress((done, total), desc=f"{what}{eta_text}", unit="runs")
 
-    def export(a):
-        run = hist().get(parse_id(a)) if parse_id(a) else None
-        if run is None or not run["artifacts"] or not Path(run["artifacts"]).is_dir():
-            return "No report for that run.", None
-        base = Path(tempfile.mkdtemp(prefix="tandem-report-")) / f"tandem-pairlab-run-{run['id']}"
-        archive = shutil.make_archive(str(base), "zip", run["artifacts"])
-        return f"Report of run #{run['id']}: report.md with the plots and cells.csv.", archive
+        result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
+                         command=_command(req, state.pair_id), store_tuned=not req.quick)
+        if result.tuned:  # a complete full sweep: the new defaults apply at once
+            state.apply_defaults(result.tuned)
+        return result.to_dict()  # the tab holds the JSON (gr.State, gr.JSON), as stored runs come
+    finally:
+        state.generation_lock.release()
 
-    refresh_btn.click(lambda: history_rows(hist()), None, [runs], api_visibility="private")
-    show_btn.click(show, [run_a], outputs, api_visibility="private", show_progress_on=[status])
-    compare_btn.click(compare, [run_a, run_b], [history_md], api_visibility="private")
-    delete_btn.click(delete, [run_a], [history_md, runs], api_visibility="private")
-    export_btn.click(export, [run_a], [history_md, report_file], api_visibility="private")
-    return applied
+
+def after_sweep(result: Optional[dict], n):
+    return (n or 0) + 1 if result and result.get("tuned") else gr.update()
+
+
+def cancel_sweep(state, request: gr.Request) -> str:
+    state.request_stop(_cancel_key(request))
+    return "Cancelling after the current run… the partial result is kept in the history."
+
+
+def list_drafts(state) -> str:
+    if state.pair is None:
+        return "No pair is loaded."
+    skipped: list = []
+    found = discover(state.pair, lambda name, why: skipped.append(f"- {name}: {why}"))
+    lines = ["Candidates: " + ", ".join([c.id for c in found] + ["lookup"])]
+    if skipped:
+        lines += ["", "Not compatible with the target:", *skipped]
+    return "\n".join(lines)
+
+
+def use_this(state, result: Optional[dict], cat: Optional[str], n):
+    note = apply_recommendation(state, result, cat)
+    return note, (n or 0) + 1 if result and result.get("recommendations") else gr.update()
+
+
+def parse_id(value) -> Optional[int]:
+    return int(value) if value not in (None, "") else None
+
+
+def show_run(hist: Histories, a):
+    run = hist().get(parse_id(a)) if parse_id(a) else None
+    if run is None:
+        return (None, "No such run.", *render_result(None, hist())[2:])
+    result = run["result"] or {"cells": [], "partial": True}
+    out = list(render_result(result, hist()))
+    out[1] = f"Run #{run['id']} ({run['status']}), {run['created_at']}, {run['machine_line']}"
+    return tuple(out)
+
+
+def compare_runs(hist: Histories, a, b):
+    try:
+        return compare_markdown(hist().compare(parse_id(a), parse_id(b)))
+    except (KeyError, TypeError) as exc:
+        return f"Cannot compare: {exc}"
+
+
+def delete_run(hist: Histories, a):
+    ok = parse_id(a) is not None and hist().delete(parse_id(a))
+    return ("Deleted run #%s." % parse_id(a) if ok else "No such run."), history_rows(hist())
+
+
+def export_run(hist: Histories, a):
+    run = hist().get(parse_id(a)) if parse_id(a) else None
+    if run is None or not run["artifacts"] or not Path(run["artifacts"]).is_dir():
+        return "No report for that run.", None
+    base = Path(tempfile.mkdtemp(prefix="tandem-report-")) / f"tandem-pairlab-run-{run['id']}"
+    archive = shutil.make_archive(str(base), "zip", run["artifacts"])
+    return f"Report of run #{run['id']}: report.md with the plots and cells.csv.", archive
 
 
 def _count(value) -> Optional[int]:

@@ -1,11 +1,14 @@
 """Chat tab: multi-turn streaming chat whose replies render as Markdown with each token's provenance coloured
 in place, a line of counts under each reply, and the live panel (counters, honest speedup, per-position
-acceptance, what the numbers mean) beside it. Messages sent while a reply streams wait in a visible queue."""
+acceptance, what the numbers mean) beside it. Messages sent while a reply streams wait in a visible queue.
+
+``layout`` places the components, ``wire`` connects their events to the module-level handlers below it."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import gradio as gr
@@ -89,7 +92,13 @@ class ChatView:
 
 
 def build(state: AppState) -> ChatView:
-    sessions = Sessions()  # per browser session: the conversation and its queued messages
+    view = layout(state)
+    wire(state, view, Sessions())  # per browser session: the conversation and its queued messages
+    return ChatView(view.ctrl, view.counters)
+
+
+def layout(state: AppState) -> SimpleNamespace:
+    """Place the components; returned by name for ``wire``."""
     last = gr.State({})  # the latest reply: summary, speculative, messages, resolved, at, plain
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
@@ -114,167 +123,203 @@ def build(state: AppState) -> ChatView:
             with gr.Accordion("What these numbers mean", open=False, elem_id="tdm-glossary"):
                 gr.HTML(panel.glossary_html())
             ctrl = controls.build(state, "chat")
+    return SimpleNamespace(**locals())
 
-    # --- handlers (the conversation lives in ``sessions``: messages {"role", "content"}, replies also "html"
-    # and "line"; content unescaped) ----------------------------------------------------------------------
 
-    def push_user(request: gr.Request, message: str, *values):
-        if not message or not message.strip():
-            return gr.update(), gr.update(), panel.status_html("Type a message first.", "info")
-        key = session_key(request)
-        if sessions.push(key, message, values):
-            return "", gr.update(), panel.status_html(QUEUED, "wait")
-        state.stop_event(key)  # armed now: a Stop before the reply starts still counts
-        note_ = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
-        return "", display(sessions.history(key), queued=sessions.queued(key)), note_
+def wire(state: AppState, v: SimpleNamespace, sessions: Sessions) -> None:
+    """Connect the events to the handlers below; the closures only hand over the state and keep Gradio's
+    signatures (gr.Request and gr.Progress are injected by parameter)."""
+    ctrl = v.ctrl
 
-    def regenerate(request: gr.Request, *values):
-        key = session_key(request)
-        if sessions.active(key):
-            return gr.update(), panel.status_html("Wait for the reply to finish (or Stop it) first.", "info")
-        hist = sessions.history(key)
-        if hist and hist[-1]["role"] == "assistant":
-            hist = hist[:-1]
-        if not hist or hist[-1]["role"] != "user":
-            return display(hist), panel.status_html("Nothing to regenerate yet.", "info")
-        state.stop_event(key)
-        sessions.set_history(key, hist[:-1])
-        sessions.push(key, hist[-1]["content"], values, front=True)
-        return display(hist[:-1], queued=sessions.queued(key)), ""
+    def on_push(request: gr.Request, message: str, *values):
+        return push_user(state, sessions, request, message, *values)
 
-    def respond(request: gr.Request):
-        """The session's reply loop: answers queued messages in order; outputs conversation, counters,
-        status, last reply, input box."""
-        key = session_key(request)
-        claim = sessions.claim(key)
-        if claim is None:  # a loop runs already (it takes the new message next) or nothing is queued
-            yield (gr.update(),) * 5
-            return
-        try:
-            while (item := sessions.next(claim)) is not None:
-                outcome = yield from answer(claim, sessions.history(key), item)
-                if outcome is None:  # cleared meanwhile: drop this reply, carry on from the empty conversation
-                    continue
-                stopped, last_run, failed = outcome
-                if stopped:  # Stop or an error: what is still queued goes back into the input box
-                    queued = sessions.give_back(claim)
-                    if queued:
-                        note = gr.update() if failed else panel.status_html(
-                            "Stopped. Your queued message is back in the box.", "ok")
-                        yield gr.update(), gr.update(), note, last_run, "\n\n".join([failed] * bool(failed) + queued)
-                    return
-        finally:
-            sessions.release(claim)
+    def on_regen(request: gr.Request, *values):
+        return regenerate(state, sessions, request, *values)
 
-    def answer(claim, hist: list, item: tuple):
-        """Stream one reply (a sub-generator of ``respond``); returns (stopped, last reply, the text of a turn
-        that failed), or None when Clear was pressed meanwhile. A failed turn is dropped, its text given back."""
-        text, values = item
-        key, keep = claim.key, gr.update()
+    def on_respond(request: gr.Request):
+        yield from respond(state, sessions, ctrl, request)
 
-        def fail(message: str):
-            sessions.set_history(key, hist)
-            return display(hist), keep, panel.status_html(message, "error"), keep, text
+    def on_stop(request: gr.Request):
+        return do_stop(state, request)
 
-        asked = hist + [{"role": "user", "content": text}]
-        try:
-            resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
-        except S.SettingsError as exc:
-            yield fail(str(exc))
-            return True, {}, text
-        messages = chat.build_messages(plain_messages(hist), text, resolved["system"])
-        spec, live, shown_at, cost = resolved["speculative"], None, 0.0, 0.0
-        try:
-            for status, live in chat.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
-                if sessions.stale(claim):
-                    return None
-                if status == RunStatus.WAITING:
-                    yield display(asked), keep, panel.status_html(WAITING, "wait"), keep, keep
-                    continue
-                if live.error or (status != RunStatus.DONE and time.perf_counter() - shown_at < max(0.1, 6 * cost)):
-                    continue  # big replies render less often, so rendering never competes with decoding
-                t0 = time.perf_counter()
-                queued = sessions.queued(key)
-                streaming = {"role": "assistant", "tokens": reply.compact(live.tokens, live.draft_texts),
-                             "streaming": status != RunStatus.DONE}
-                view = display(asked, streaming, queued)
-                snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved}
-                shown_at, cost = time.perf_counter(), time.perf_counter() - t0
-                waiting = f" · {len(queued)} message{'s' * (len(queued) > 1)} queued" if queued else ""
-                yield (view, reply_counters(state, snapshot)[0],
-                       panel.status_html(f"Generating… (Stop ends it within one step){waiting}", "info"), keep, keep)
-        except Exception as exc:  # never let a bad input take the tab down
-            yield fail(ui_message(exc))
-            return True, {}, text
-        if live is None or sessions.stale(claim):
-            return None
-        if live.error:  # e.g. the prompt is past the context
-            yield fail(live.error)
-            return True, {}, text
-        last_run = {"summary": live.summary(), "speculative": spec, "messages": messages, "resolved": resolved,
-                    "at": time.time(), "plain": None}
-        counters_view, claim_ = reply_counters(state, last_run)
-        toks = reply.compact(live.tokens, live.draft_texts)
-        hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks),
-                         "line": line_for(last_run, claim_)}]
-        sessions.set_history(key, hist)
-        reason = live.done.reason if live.done else StopReason.STOPPED
-        done = panel.status_html(f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens", "ok")
-        yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep
-        return reason == StopReason.STOPPED, last_run, None
+    def on_clear(request: gr.Request):
+        return do_clear(state, sessions, request)
 
-    def do_stop(request: gr.Request):
-        stopped = state.request_stop(session_key(request))
-        return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
+    def on_measure(request: gr.Request, last_run: dict):
+        return do_measure(state, sessions, request, last_run)
 
-    def do_clear(request: gr.Request):
-        key = session_key(request)
-        sessions.clear(key)
-        state.request_stop(key)
-        return display([]), idle_counters(state), "", {}, ""
-
-    def do_measure(request: gr.Request, last_run: dict):
-        key, keep = session_key(request), gr.update()
-        if sessions.active(key):
-            return keep, keep, panel.status_html("Wait for the reply to finish first.", "info"), keep
-        if state.pair is None:
-            return keep, keep, panel.status_html("Load a pair first (Pair settings).", "error"), keep
-        try:
-            if not last_run.get("messages"):
-                b = measure_baseline(state)
-                msg = f"Plain decoding: {b['tps']:.1f} tok/s on this pair and machine (stored for later)."
-                return keep, idle_counters(state), panel.status_html(msg, "ok"), keep
-            b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].tokens or 1)
-        except Exception as exc:
-            return keep, keep, panel.status_html(ui_message(exc), "error"), keep
-        last_run = dict(last_run, plain={"tps": b["tps"], "at": time.time(), "reply_at": last_run["at"]})
-        view, claim_ = reply_counters(state, last_run)
-        hist = sessions.history(key)
-        if hist and hist[-1]["role"] == "assistant":
-            hist[-1] = dict(hist[-1], line=line_for(last_run, claim_))
-            sessions.set_history(key, hist)
-        msg = f"Plain decoding of the same prompt: {b['tps']:.1f} tok/s ({b['tokens']} tokens), just now."
-        return display(hist), view, panel.status_html(msg, "ok"), last_run
-
-    def do_faster(progress=gr.Progress()):
-        try:
-            message, settings = make_faster(state, lambda f, d: progress(f, desc=d))
-        except Exception as exc:
-            return (panel.status_html(f"Could not make it faster: {ui_message(exc)}", "error"),
-                    *[gr.update()] * len(ctrl.components))
-        return panel.status_html(message, "ok"), *ctrl.apply(settings)
+    def on_faster(progress=gr.Progress()):
+        return do_faster(state, ctrl, progress)
 
     private: dict[str, Any] = dict(api_visibility="private")
-    reply_loop = dict(fn=respond, inputs=None, outputs=[conversation, counters, status, last, box],
+    reply_loop = dict(fn=on_respond, inputs=None, outputs=[v.conversation, v.counters, v.status, v.last, v.box],
                       show_progress="hidden", trigger_mode="multiple", **private, **GEN)
-    for trigger in (send.click, box.submit):
-        trigger(push_user, [box, *ctrl.components], [box, conversation, status], queue=False, **private) \
+    for trigger in (v.send.click, v.box.submit):
+        trigger(on_push, [v.box, *ctrl.components], [v.box, v.conversation, v.status], queue=False, **private) \
             .then(**reply_loop)
-    regen.click(regenerate, ctrl.components, [conversation, status], queue=False, **private).then(**reply_loop)
-    stop.click(do_stop, None, [status], queue=False, **private)
-    clear.click(do_clear, None, [conversation, counters, status, last, note], queue=False, **private)
-    colour.change(None, [colour], None, js="(on) => { document.body.classList.toggle('tdm-nocolour', !on); }")
-    measure.click(do_measure, [last], [conversation, counters, note, last], show_progress="minimal",
-                  show_progress_on=[note], **private, **GEN)
-    faster.click(do_faster, None, [note, *ctrl.components], show_progress_on=[note], **private, **GEN)
-    return ChatView(ctrl, counters)
+    v.regen.click(on_regen, ctrl.components, [v.conversation, v.status], queue=False, **private).then(**reply_loop)
+    v.stop.click(on_stop, None, [v.status], queue=False, **private)
+    v.clear.click(on_clear, None, [v.conversation, v.counters, v.status, v.last, v.note], queue=False, **private)
+    v.colour.change(None, [v.colour], None, js="(on) => { document.body.classList.toggle('tdm-nocolour', !on); }")
+    v.measure.click(on_measure, [v.last], [v.conversation, v.counters, v.note, v.last], show_progress="minimal",
+                    show_progress_on=[v.note], **private, **GEN)
+    v.faster.click(on_faster, None, [v.note, *ctrl.components], show_progress_on=[v.note], **private, **GEN)
+
+
+# --- the handlers (the conversation lives in ``sessions``: messages {"role", "content"}, replies also "html"
+# and "line"; content unescaped) ----------------------------------------------------------------------
+
+
+def push_user(state: AppState, sessions: Sessions, request: gr.Request, message: str, *values):
+    if not message or not message.strip():
+        return gr.update(), gr.update(), panel.status_html("Type a message first.", "info")
+    key = session_key(request)
+    if sessions.push(key, message, values):
+        return "", gr.update(), panel.status_html(QUEUED, "wait")
+    state.stop_event(key)  # armed now: a Stop before the reply starts still counts
+    note_ = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
+    return "", display(sessions.history(key), queued=sessions.queued(key)), note_
+
+
+def regenerate(state: AppState, sessions: Sessions, request: gr.Request, *values):
+    key = session_key(request)
+    if sessions.active(key):
+        return gr.update(), panel.status_html("Wait for the reply to finish (or Stop it) first.", "info")
+    hist = sessions.history(key)
+    if hist and hist[-1]["role"] == "assistant":
+        hist = hist[:-1]
+    if not hist or hist[-1]["role"] != "user":
+        return display(hist), panel.status_html("Nothing to regenerate yet.", "info")
+    state.stop_event(key)
+    sessions.set_history(key, hist[:-1])
+    sessions.push(key, hist[-1]["content"], values, front=True)
+    return display(hist[:-1], queued=sessions.queued(key)), ""
+
+
+def respond(state: AppState, sessions: Sessions, ctrl: controls.Controls, request: gr.Request):
+    """The session's reply loop: answers queued messages in order; outputs conversation, counters,
+    status, last reply, input box."""
+    key = session_key(request)
+    claim = sessions.claim(key)
+    if claim is None:  # a loop runs already (it takes the new message next) or nothing is queued
+        yield (gr.update(),) * 5
+        return
+    try:
+        while (item := sessions.next(claim)) is not None:
+            outcome = yield from answer(state, sessions, ctrl, claim, sessions.history(key), item)
+            if outcome is None:  # cleared meanwhile: drop this reply, carry on from the empty conversation
+                continue
+            stopped, last_run, failed = outcome
+            if stopped:  # Stop or an error: what is still queued goes back into the input box
+                queued = sessions.give_back(claim)
+                if queued:
+                    note = gr.update() if failed else panel.status_html(
+                        "Stopped. Your queued message is back in the box.", "ok")
+                    yield gr.update(), gr.update(), note, last_run, "\n\n".join([failed] * bool(failed) + queued)
+                return
+    finally:
+        sessions.release(claim)
+
+
+def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, hist: list, item: tuple):
+    """Stream one reply (a sub-generator of ``respond``); returns (stopped, last reply, the text of a turn
+    that failed), or None when Clear was pressed meanwhile. A failed turn is dropped, its text given back."""
+    text, values = item
+    key, keep = claim.key, gr.update()
+
+    def fail(message: str):
+        sessions.set_history(key, hist)
+        return display(hist), keep, panel.status_html(message, "error"), keep, text
+
+    asked = hist + [{"role": "user", "content": text}]
+    try:
+        resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
+    except S.SettingsError as exc:
+        yield fail(str(exc))
+        return True, {}, text
+    messages = chat.build_messages(plain_messages(hist), text, resolved["system"])
+    spec, live, shown_at, cost = resolved["speculative"], None, 0.0, 0.0
+    try:
+        for status, live in chat.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
+            if sessions.stale(claim):
+                return None
+            if status == RunStatus.WAITING:
+                yield display(asked), keep, panel.status_html(WAITING, "wait"), keep, keep
+                continue
+            if live.error or (status != RunStatus.DONE and time.perf_counter() - shown_at < max(0.1, 6 * cost)):
+                continue  # big replies render less often, so rendering never competes with decoding
+            t0 = time.perf_counter()
+            queued = sessions.queued(key)
+            streaming = {"role": "assistant", "tokens": reply.compact(live.tokens, live.draft_texts),
+                         "streaming": status != RunStatus.DONE}
+            view = display(asked, streaming, queued)
+            snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved}
+            shown_at, cost = time.perf_counter(), time.perf_counter() - t0
+            waiting = f" · {len(queued)} message{'s' * (len(queued) > 1)} queued" if queued else ""
+            yield (view, reply_counters(state, snapshot)[0],
+                   panel.status_html(f"Generating… (Stop ends it within one step){waiting}", "info"), keep, keep)
+    except Exception as exc:  # never let a bad input take the tab down
+        yield fail(ui_message(exc))
+        return True, {}, text
+    if live is None or sessions.stale(claim):
+        return None
+    if live.error:  # e.g. the prompt is past the context
+        yield fail(live.error)
+        return True, {}, text
+    last_run = {"summary": live.summary(), "speculative": spec, "messages": messages, "resolved": resolved,
+                "at": time.time(), "plain": None}
+    counters_view, claim_ = reply_counters(state, last_run)
+    toks = reply.compact(live.tokens, live.draft_texts)
+    hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks),
+                     "line": line_for(last_run, claim_)}]
+    sessions.set_history(key, hist)
+    reason = live.done.reason if live.done else StopReason.STOPPED
+    done = panel.status_html(f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens", "ok")
+    yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep
+    return reason == StopReason.STOPPED, last_run, None
+
+
+def do_stop(state: AppState, request: gr.Request):
+    stopped = state.request_stop(session_key(request))
+    return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
+
+
+def do_clear(state: AppState, sessions: Sessions, request: gr.Request):
+    key = session_key(request)
+    sessions.clear(key)
+    state.request_stop(key)
+    return display([]), idle_counters(state), "", {}, ""
+
+
+def do_measure(state: AppState, sessions: Sessions, request: gr.Request, last_run: dict):
+    key, keep = session_key(request), gr.update()
+    if sessions.active(key):
+        return keep, keep, panel.status_html("Wait for the reply to finish first.", "info"), keep
+    if state.pair is None:
+        return keep, keep, panel.status_html("Load a pair first (Pair settings).", "error"), keep
+    try:
+        if not last_run.get("messages"):
+            b = measure_baseline(state)
+            msg = f"Plain decoding: {b['tps']:.1f} tok/s on this pair and machine (stored for later)."
+            return keep, idle_counters(state), panel.status_html(msg, "ok"), keep
+        b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].tokens or 1)
+    except Exception as exc:
+        return keep, keep, panel.status_html(ui_message(exc), "error"), keep
+    last_run = dict(last_run, plain={"tps": b["tps"], "at": time.time(), "reply_at": last_run["at"]})
+    view, claim_ = reply_counters(state, last_run)
+    hist = sessions.history(key)
+    if hist and hist[-1]["role"] == "assistant":
+        hist[-1] = dict(hist[-1], line=line_for(last_run, claim_))
+        sessions.set_history(key, hist)
+    msg = f"Plain decoding of the same prompt: {b['tps']:.1f} tok/s ({b['tokens']} tokens), just now."
+    return display(hist), view, panel.status_html(msg, "ok"), last_run
+
+
+def do_faster(state: AppState, ctrl: controls.Controls, progress: gr.Progress):
+    try:
+        message, settings = make_faster(state, lambda f, d: progress(f, desc=d))
+    except Exception as exc:
+        return (panel.status_html(f"Could not make it faster: {ui_message(exc)}", "error"),
+                *[gr.update()] * len(ctrl.components))
+    return panel.status_html(message, "ok"), *ctrl.apply(settings)

@@ -1,11 +1,14 @@
 """The Models tab: installed models, catalog pairs with fit labels and verdicts, Get (catalog pairs and models
 from PyPI wheels) and Hub pulls with progress and cancel, import, delete, compatibility check, derived drafts,
-and a hardware summary. All logic is in ``app.models``."""
+and a hardware summary. All logic is in ``app.models``.
+
+``layout`` places the components, ``wire`` connects their events to the module-level handlers below it."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
@@ -114,9 +117,13 @@ def _pace(tps: float | None) -> str:
 
 def build(state: AppState) -> None:
     """Build the tab inside an open ``gr.Tab`` context."""
+    wire(state, layout(), {})  # the dict: per browser session, the download in progress
+
+
+def layout() -> SimpleNamespace:
+    """Place the components; returned by name for ``wire``."""
     cat = load()
     hub_models = [m.id for m in cat.models.values() if m.repo]
-    cancels: dict[str, threading.Event] = {}  # per browser session: the download in progress
 
     gr.Markdown("### Installed models")
     installed = gr.Dataframe(headers=INSTALLED_COLS, value=_installed_rows(), interactive=False, wrap=True)
@@ -167,114 +174,150 @@ def build(state: AppState) -> None:
         derive_btn = gr.Button("Derive a draft from the model id above")
     status = gr.Textbox(label="Result", lines=3, interactive=False)
     details = gr.JSON(label="Details")
+    return SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("cat", "hub_models")})
 
-    def do_refresh():
-        return _installed_rows()
 
-    def do_fit(vram_v, ram_v, ctx_v):
-        try:
-            table, hw, rec = _pair_rows(_gib(vram_v, "GPU memory"), _gib(ram_v, "RAM"), ctx_v,
-                                        _speed_reference(state))
-        except ValueError as exc:
-            return gr.update(), gr.update(), f"error: {exc}"
-        return table, hw, rec
+def wire(state: AppState, v: SimpleNamespace, cancels: dict[str, threading.Event]) -> None:
+    """Connect the events to the handlers below (the closures only hand over the state and keep Gradio's
+    signatures: gr.Request and gr.Progress are injected by parameter)."""
+    def on_fit(vram_v, ram_v, ctx_v):
+        return do_fit(state, vram_v, ram_v, ctx_v)
 
-    def do_delete(mid):
-        try:
-            msg = library.delete(model_ref(mid))
-        except (library.LibraryError, FileRefused) as exc:
-            msg = f"error: {exc}"
-        return msg, _installed_rows()
+    def on_get(choice, request: gr.Request, progress=gr.Progress()):
+        return do_get(cancels, choice, request, progress)
 
-    def do_import(path, upload):
-        src = upload if upload else str(path or "").strip()
-        if not src:
-            return "error: give a path or upload a .gguf", _installed_rows()
-        try:  # only a file in the data folder or an upload: a client cannot probe the server's files
-            rec = library.import_gguf(allowed_file(src), copy=bool(upload))
-            msg = f"imported {rec['id']}: {rec['path']}"
-        except (library.LibraryError, FileRefused, OSError) as exc:
-            msg = f"error: {exc}"
-        return msg, _installed_rows()
+    def on_pull(choice, repo_v, file_v, request: gr.Request, progress=gr.Progress()):
+        return do_pull(cancels, choice, repo_v, file_v, request, progress)
 
-    def fetching(request: gr.Request, progress: gr.Progress, fetch) -> tuple[str, Any]:
-        """Run ``fetch(report, cancel)`` with progress in MiB and the session's Cancel button."""
-        key = session_key(request, "default")
-        event = cancels[key] = threading.Event()
+    def on_cancel(request: gr.Request):
+        return do_cancel(cancels, request)
 
-        def report(done: int, total: int) -> None:
-            progress(done / total if total else 0, desc=f"{done / 2**20:.0f} of {total / 2**20:.0f} MiB")
+    def on_derive(mid, q, progress=gr.Progress()):
+        return do_derive(mid, q, progress)
 
-        try:
-            return fetch(report, event), _installed_rows()
-        except Exception as exc:  # noqa: BLE001 - every failure is shown with its message
-            return f"error: {exc}", _installed_rows()
-        finally:
-            cancels.pop(key, None)
+    v.refresh.click(do_refresh, None, v.installed, api_name="models_refresh")
+    v.installed.change(lambda: [gr.update(choices=_model_choices())] * 3, None, [v.model_id, v.target, v.draft],
+                       api_visibility="private", show_progress="hidden", queue=False)  # the dropdowns follow the list
+    v.fit_btn.click(on_fit, [v.vram, v.ram, v.ctx], [v.pairs, v.hardware_box, v.recommendation],
+                    api_name="models_fit")
+    v.delete.click(do_delete, v.model_id, [v.status, v.installed], api_name="models_delete")
+    v.import_btn.click(do_import, [v.import_path, v.import_file], [v.status, v.installed], api_name="models_import")
+    v.get_btn.click(on_get, v.get_choice, [v.status, v.installed], api_name="models_get",
+                    show_progress_on=[v.status])
+    v.pull_btn.click(on_pull, [v.pull_choice, v.repo, v.filename], [v.status, v.installed], api_name="models_pull",
+                     show_progress_on=[v.status])
+    v.cancel_btn.click(on_cancel, None, v.status, api_name="models_cancel")
+    v.check_btn.click(do_check, [v.target, v.draft], [v.status, v.details], api_name="models_check")
+    v.derive_btn.click(on_derive, [v.model_id, v.quant], [v.status, v.details, v.installed],
+                       api_name="models_derive", show_progress_on=[v.status])
 
-    def do_get(choice, request: gr.Request, progress=gr.Progress()):
-        def fetch(report, event) -> str:
-            cat = load()
-            if choice in cat.pairs:
-                _, target, draft = ensure_pair(choice, cat, progress=report, cancel=event)
-                return f"installed pair {choice}: target {target}, draft {draft}"
-            if choice in cat.models:
-                return f"installed {ensure_model(cat, choice, progress=report, cancel=event)}"
-            return "error: choose a catalog pair or model"
 
-        return fetching(request, progress, fetch)
+# --- the handlers ---------------------------------------------------------------------------------------------
 
-    def do_pull(choice, repo_v, file_v, request: gr.Request, progress=gr.Progress()):
-        def fetch(report, event) -> str:
-            if repo_v and file_v:
-                return f"installed {download.pull(repo_v.strip(), file_v.strip(), progress=report, cancel=event)}"
-            if choice:
-                return f"installed {download.pull_entry(load().models[choice], progress=report, cancel=event)}"
-            return "error: choose a catalog model or give REPO_ID and FILENAME"
+def do_refresh():
+    return _installed_rows()
 
-        return fetching(request, progress, fetch)
 
-    def do_cancel(request: gr.Request):
-        event = cancels.get(session_key(request, "default"))
-        if event is not None:
-            event.set()
-            return "cancelling; what was already downloaded and verified is kept for the next try"
-        return "no download in progress"
+def do_fit(state: AppState, vram_v, ram_v, ctx_v):
+    try:
+        table, hw, rec = _pair_rows(_gib(vram_v, "GPU memory"), _gib(ram_v, "RAM"), ctx_v,
+                                    _speed_reference(state))
+    except ValueError as exc:
+        return gr.update(), gr.update(), f"error: {exc}"
+    return table, hw, rec
 
-    def do_check(t, d):
-        try:
-            v = check_pair(model_ref(t), model_ref(d))
-        except (CompatError, FileRefused) as exc:
-            return f"error: {exc}", None
-        data = v.to_dict()
-        for side in ("target", "draft"):  # "path" keys would read as file objects to API clients
-            data[side].pop("meta", None)
-            data[side]["file"] = data[side].pop("path")
-        head = "compatible" if v.ok else "INCOMPATIBLE"
-        return f"{head}: {v.reason}", data
 
-    def do_derive(mid, q, progress=gr.Progress()):
-        def report(done: int, total: int) -> None:
-            progress(done / total if total else 0, desc="quantizing")
+def do_delete(mid):
+    try:
+        msg = library.delete(model_ref(mid))
+    except (library.LibraryError, FileRefused) as exc:
+        msg = f"error: {exc}"
+    return msg, _installed_rows()
 
-        try:
-            out = derive_draft(model_ref(mid), q, progress=report)
-        except (DeriveError, DiskFullError, FileRefused, GGUFError) as exc:
-            return f"error: {exc}", None, _installed_rows()
-        out["file"] = out.pop("path")
-        return f"derived {out['id']} ({'compatible' if out['compatible'] else 'INCOMPATIBLE'})", out, \
-            _installed_rows()
 
-    refresh.click(do_refresh, None, installed, api_name="models_refresh")
-    installed.change(lambda: [gr.update(choices=_model_choices())] * 3, None, [model_id, target, draft],
-                     api_visibility="private", show_progress="hidden", queue=False)  # the dropdowns follow the list
-    fit_btn.click(do_fit, [vram, ram, ctx], [pairs, hardware_box, recommendation], api_name="models_fit")
-    delete.click(do_delete, model_id, [status, installed], api_name="models_delete")
-    import_btn.click(do_import, [import_path, import_file], [status, installed], api_name="models_import")
-    get_btn.click(do_get, get_choice, [status, installed], api_name="models_get", show_progress_on=[status])
-    pull_btn.click(do_pull, [pull_choice, repo, filename], [status, installed], api_name="models_pull",
-                   show_progress_on=[status])
-    cancel_btn.click(do_cancel, None, status, api_name="models_cancel")
-    check_btn.click(do_check, [target, draft], [status, details], api_name="models_check")
-    derive_btn.click(do_derive, [model_id, quant], [status, details, installed], api_name="models_derive",
-                     show_progress_on=[status])
+def do_import(path, upload):
+    src = upload if upload else str(path or "").strip()
+    if not src:
+        return "error: give a path or upload a .gguf", _installed_rows()
+    try:  # only a file in the data folder or an upload: a client cannot probe the server's files
+        rec = library.import_gguf(allowed_file(src), copy=bool(upload))
+        msg = f"imported {rec['id']}: {rec['path']}"
+    except (library.LibraryError, FileRefused, OSError) as exc:
+        msg = f"error: {exc}"
+    return msg, _installed_rows()
+
+
+def fetching(cancels: dict[str, threading.Event], request: gr.Request, progress: gr.Progress,
+             fetch) -> tuple[str, Any]:
+    """Run ``fetch(report, cancel)`` with progress in MiB and the session's Cancel button."""
+    key = session_key(request, "default")
+    event = cancels[key] = threading.Event()
+
+    def report(done: int, total: int) -> None:
+        progress(done / total if total else 0, desc=f"{done / 2**20:.0f} of {total / 2**20:.0f} MiB")
+
+    try:
+        return fetch(report, event), _installed_rows()
+    except Exception as exc:  # noqa: BLE001 - every failure is shown with its message
+        return f"error: {exc}", _installed_rows()
+    finally:
+        cancels.pop(key, None)
+
+
+def do_get(cancels: dict[str, threading.Event], choice, request: gr.Request, progress: gr.Progress):
+    def fetch(report, event) -> str:
+        cat = load()
+        if choice in cat.pairs:
+            _, target, draft = ensure_pair(choice, cat, progress=report, cancel=event)
+            return f"installed pair {choice}: target {target}, draft {draft}"
+        if choice in cat.models:
+            return f"installed {ensure_model(cat, choice, progress=report, cancel=event)}"
+        return "error: choose a catalog pair or model"
+
+    return fetching(cancels, request, progress, fetch)
+
+
+def do_pull(cancels: dict[str, threading.Event], choice, repo_v, file_v, request: gr.Request,
+            progress: gr.Progress):
+    def fetch(report, event) -> str:
+        if repo_v and file_v:
+            return f"installed {download.pull(repo_v.strip(), file_v.strip(), progress=report, cancel=event)}"
+        if choice:
+            return f"installed {download.pull_entry(load().models[choice], progress=report, cancel=event)}"
+        return "error: choose a catalog model or give REPO_ID and FILENAME"
+
+    return fetching(cancels, request, progress, fetch)
+
+
+def do_cancel(cancels: dict[str, threading.Event], request: gr.Request):
+    event = cancels.get(session_key(request, "default"))
+    if event is not None:
+        event.set()
+        return "cancelling; what was already downloaded and verified is kept for the next try"
+    return "no download in progress"
+
+
+def do_check(t, d):
+    try:
+        v = check_pair(model_ref(t), model_ref(d))
+    except (CompatError, FileRefused) as exc:
+        return f"error: {exc}", None
+    data = v.to_dict()
+    for side in ("target", "draft"):  # "path" keys would read as file objects to API clients
+        data[side].pop("meta", None)
+        data[side]["file"] = data[side].pop("path")
+    head = "compatible" if v.ok else "INCOMPATIBLE"
+    return f"{head}: {v.reason}", data
+
+
+def do_derive(mid, q, progress: gr.Progress):
+    def report(done: int, total: int) -> None:
+        progress(done / total if total else 0, desc="quantizing")
+
+    try:
+        out = derive_draft(model_ref(mid), q, progress=report)
+    except (DeriveError, DiskFullError, FileRefused, GGUFError) as exc:
+        return f"error: {exc}", None, _installed_rows()
+    out["file"] = out.pop("path")
+    return f"derived {out['id']} ({'compatible' if out['compatible'] else 'INCOMPATIBLE'})", out, \
+        _installed_rows()
