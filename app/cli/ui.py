@@ -23,11 +23,13 @@ def run(args: argparse.Namespace) -> int:
     # Gradio (and FastAPI) load for this command alone
     from functools import partial
 
+    from app.lab.stores import check_stores
     from app.server import guard
     from app.server.openai_api import mount
     from app.ui.app import serve
 
     key = api_key(args)
+    check_stores()  # a bad store or registered model: one line each on stderr, never a failed start
     checks = guard.make(args.host, key, args.allow_origin, args.max_body_mib)
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
                  pair_id=args.pair, api_key=key, api=partial(mount, guard=checks),

@@ -21,6 +21,7 @@ from app.service.state import AppState
 DEFAULT_PORT = 8080
 KEEP_ALIVE_S = 5  # an idle or half-open connection is closed after this many seconds
 GRACE_S = 3  # seconds a shutdown waits for open responses before closing them
+HEADER_S = 10  # a request's headers must be complete this long after they begin (or the connection opened)
 
 
 def _uvicorn_server() -> type:
@@ -43,6 +44,46 @@ def _uvicorn_server() -> type:
 
 def _Server(config: Any, drain: G.Drain) -> Any:
     return _uvicorn_server()(config, drain)
+
+
+def _protocol() -> type:
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        """uvicorn's HTTP/1.1 protocol with a deadline on headers: its keep-alive timer starts only after a
+        response, so a connection that opens, or sends half a request, and goes quiet was never closed. The
+        deadline is set when a request's headers begin and is not moved by further bytes (a client dribbling
+        one byte at a time cannot hold the connection)."""
+
+        _deadline: Optional[Any] = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._deadline = self.loop.call_later(HEADER_S, self._late)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            waiting = self.conn.their_state is h11.IDLE  # the request's headers are not complete yet
+            if waiting and self._deadline is None:
+                self._deadline = self.loop.call_later(HEADER_S, self._late)
+            elif not waiting and self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def connection_lost(self, exc: Optional[Exception]) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            super().connection_lost(exc)
+
+        def _late(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderDeadline
+
 
 def check_exposure(host: str, api_key: Optional[str]) -> None:
     """Refuse to serve beyond this machine without a key."""
@@ -77,7 +118,7 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
         say(f"WARNING: serving on {host} — reachable from other machines; every request needs the API key.")
     say(f"OpenAI-compatible API on http://{shown}:{port}/v1  (metrics: /metrics; Ctrl+C to quit)")
     try:
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, http=_protocol(),
                                 timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=GRACE_S)
         _Server(config, checks.drain).run()
     finally:

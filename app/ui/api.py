@@ -3,6 +3,7 @@ their errors raised as ``gr.Error``."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterator
 
 import gradio as gr
@@ -13,6 +14,13 @@ from app.service.chat import (build_messages, chat_payload, chat_stream, compare
 from app.service.state import AppState
 
 
+def refused(message: str) -> gr.Error:
+    """The error a request gets for bad input: shown to the user, and one line on the console (not Gradio's
+    traceback: the input was wrong, not the app)."""
+    print(f"[tandem] refused: {message}", file=sys.stderr, flush=True)
+    return gr.Error(message, print_exception=False)
+
+
 # --- the endpoints ---------------------------------------------------------------------------------------
 
 def api_chat(state: AppState, message: str, history: Any, settings: Any, session: str) -> Iterator[dict]:
@@ -20,11 +28,11 @@ def api_chat(state: AppState, message: str, history: Any, settings: Any, session
         resolved = S.resolve(settings, S.defaults(state.defaults))
         messages = build_messages(normalize_history(history), user_text(message), resolved["system"])
     except S.SettingsError as exc:
-        raise gr.Error(str(exc)) from None
+        raise refused(str(exc)) from None
     live = None
     for status, live in chat_stream(state, messages, resolved, state.stop_event(session)):
         if live.error:
-            raise gr.Error(live.error)
+            raise refused(live.error)
         yield chat_payload(live, status)
 
 
@@ -33,12 +41,12 @@ def api_compare(state: AppState, prompt: str, settings: Any, session: str, histo
         resolved = S.resolve(settings, S.defaults(state.defaults))
         prompt = user_text(prompt, "prompt")
     except S.SettingsError as exc:
-        raise gr.Error(str(exc)) from None
+        raise refused(str(exc)) from None
     payload = None
     for status, plain, spec, order in compare_stream(state, prompt, resolved,
                                                      state.stop_event(session), len(history)):
         if plain.error or spec.error:
-            raise gr.Error(plain.error or spec.error)
+            raise refused(plain.error or spec.error)
         payload = compare_payload(plain, spec, resolved, order, prompt, status)
         yield payload
     if payload is not None and payload["identical"] is not None:

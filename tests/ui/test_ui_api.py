@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.ui_server import app_url
+from support.ui_server import ARTIFACTS, app_url
 
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -82,6 +82,18 @@ def test_bad_values_and_long_prompts_keep_the_app_running(client):
     assert "context" in str(err.value).lower()
     out = client.predict("Say hi.", [], {"temperature": 0, "max_tokens": 4}, api_name="/chat")
     assert out["text"]
+
+
+def test_bad_chat_input_is_one_console_line_not_a_traceback(client):
+    log = ARTIFACTS / "app-server.log"
+    before = log.read_text()
+    with pytest.raises(Exception):
+        client.predict("hi", "not a history", {"temperature": 0}, api_name="/chat")
+    with pytest.raises(Exception):
+        client.predict("", [], {"temperature": 0}, api_name="/chat")
+    added = log.read_text()[len(before):]
+    assert "Traceback" not in added, added[-2000:]
+    assert added.count("[tandem] refused: ") >= 2, added[-2000:]
 
 
 # --- in-process: settings, pair switching and baselines (no server) ----------------------------------------

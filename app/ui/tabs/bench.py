@@ -23,6 +23,7 @@ from app.lab.report import compare_markdown, k_label, recommendation_line
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
 from app.service.state import session_key
+from app.ui.api import refused
 from app.ui.controls import GEN
 from app.ui.panel import _fmt as _f
 
@@ -239,9 +240,9 @@ def tune(state, drafts: str, ks: str, suite: str, max_tokens, temperature: float
          progress: gr.Progress) -> dict:
     """Sweep drafts × K on the loaded pair; returns cells, best, recommendations, partial, run_id, files."""
     if state.pair is None:
-        raise gr.Error("No pair is loaded: load one in Pair settings first.")
+        raise refused("No pair is loaded: load one in Pair settings first.")
     if not state.generation_lock.acquire(timeout=1.0):
-        raise gr.Error("A generation is running; try again when it has finished.")
+        raise refused("A generation is running; try again when it has finished.")
     cancel = state.stop_event(_cancel_key(request))  # a fresh switch; only this session's Cancel sets it
     try:
         progress(0.0, desc="planning the sweep (checking which installed models can draft)")
@@ -251,7 +252,7 @@ def tune(state, drafts: str, ks: str, suite: str, max_tokens, temperature: float
                              temperature=float(temperature or 0.0), quick=bool(quick))
             cfg = plan(state.pair, req)
         except ValueError as exc:
-            raise gr.Error(str(exc)) from None
+            raise refused(str(exc)) from None
 
         def on_progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
             eta_text = f", ETA {int(eta)} s" if eta is not None else ""
