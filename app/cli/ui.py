@@ -33,4 +33,5 @@ def run(args: argparse.Namespace) -> int:
     checks = guard.make(args.host, key, args.allow_origin, args.max_body_mib)
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
                  pair_id=args.pair, api_key=key, api=partial(mount, guard=checks),
-                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc)
+                 gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc,
+                 on_shutdown=checks.drain.shut)

@@ -65,6 +65,11 @@ class AppState:
         lost), or a fresh one."""
         return self._stops.get(session) or self.stop_event(session)
 
+    def stop_all(self) -> None:
+        """Every session's switch flipped (the app is shutting down): running generations end at their next step."""
+        for ev in list(self._stops.values()):
+            ev.set()
+
     def request_stop(self, session: str) -> bool:
         ev = self._stops.get(session)
         if ev is None:

@@ -7,7 +7,10 @@ loads it, builds the UI and serves it on the first free port from ``port``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import time
 from typing import Any, Callable, Optional
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and private: no telemetry calls
@@ -21,6 +24,8 @@ from app.service.state import AppState, backend_name, session_key  # noqa: E402
 from app.ui import api, panel  # noqa: E402
 from app.ui.controls import GEN  # noqa: E402
 from app.ui.tabs import bench, chat, compare, models, pair  # noqa: E402
+
+SHUTDOWN_GRACE_S = 1.0  # after SIGTERM / SIGINT: time for queued requests' 503 and streams' last chunks
 
 def theme() -> gr.themes.Base:
     system = ["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"]
@@ -124,7 +129,8 @@ def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optio
 
 def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, auth: Optional[str] = None,
           pair_id: Optional[str] = None, api_key: Optional[str] = None,
-          gpu_layers: tuple = ("auto", "auto"), rpc: tuple = (), api: Optional[Mount] = None) -> int:
+          gpu_layers: tuple = ("auto", "auto"), rpc: tuple = (), api: Optional[Mount] = None,
+          on_shutdown: Optional[Callable[[], None]] = None) -> int:
     credentials = None
     if auth:
         user, sep, password = auth.partition(":")
@@ -150,10 +156,28 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
                     footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False, prevent_thread_lock=True)
         if api is not None:
             mount_openai_api(demo, state, host, api_key, api)
+        _graceful_signals(state, on_shutdown)
         demo.block_thread()
     finally:
         state.unload()
     return 0
+
+
+def _graceful_signals(state: AppState, on_shutdown: Optional[Callable[[], None]]) -> None:
+    """SIGTERM / SIGINT: running generations stop at their next step, the API answers queued requests 503
+    (``on_shutdown``), and after a moment for those answers Gradio closes the server; a second signal at once."""
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signum, signal.default_int_handler)  # a second signal: no more waiting
+        state.stop_all()
+        if on_shutdown is not None:
+            on_shutdown()
+        time.sleep(SHUTDOWN_GRACE_S)  # the server's threads answer meanwhile; this one only waits
+        raise KeyboardInterrupt  # Gradio's block_thread closes the server
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":  # pragma: no cover
