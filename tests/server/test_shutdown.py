@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +15,7 @@ import urllib.request
 import pytest
 
 from app.service.ports import ephemeral_port
+from support.queued import ask_in_thread
 from support.ui_server import ARTIFACTS, ROOT, _stop
 
 openai = pytest.importorskip("openai")
@@ -52,18 +52,7 @@ def test_signal_mid_stream_stops_the_generation_and_answers_the_queue(sig):
         stream = client.chat.completions.create(model="x", messages=LONG, max_tokens=100_000, stream=True)
         chunks = iter(stream)
         next(chunks)  # the generation runs
-        queued: dict = {}
-
-        def ask() -> None:
-            try:
-                queued["answer"] = client.chat.completions.create(model="x", messages=LONG, max_tokens=8)
-            except openai.APIStatusError as exc:
-                queued["status"] = exc.status_code
-            except openai.APIConnectionError:
-                queued["status"] = "closed"
-
-        waiter = threading.Thread(target=ask)
-        waiter.start()
+        waiter, queued = ask_in_thread(client, LONG)
         time.sleep(1.0)  # the second request waits its turn
         t0 = time.monotonic()
         proc.send_signal(sig)

@@ -8,13 +8,13 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from app.service.ports import ephemeral_port
 from app.testing import gpu_layers
+from support.queued import ask_in_thread
 from support.ui_server import ARTIFACTS, ROOT, _stop
 
 openai = pytest.importorskip("openai")
@@ -39,19 +39,7 @@ def test_sigterm_mid_stream_stops_the_app_and_answers_the_queue():
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=5, timeout=120)
         chunks = iter(client.chat.completions.create(model="x", messages=LONG, max_tokens=100_000, stream=True))
         next(chunks)  # the generation runs
-        queued: dict = {}
-
-        def ask() -> None:
-            try:
-                queued["answer"] = client.with_options(max_retries=0).chat.completions.create(
-                    model="x", messages=LONG, max_tokens=8)
-            except openai.APIStatusError as exc:
-                queued["status"] = exc.status_code
-            except openai.APIConnectionError:
-                queued["status"] = "closed"
-
-        waiter = threading.Thread(target=ask)
-        waiter.start()
+        waiter, queued = ask_in_thread(client.with_options(max_retries=0), LONG)
         time.sleep(1.0)  # the second request waits its turn
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
