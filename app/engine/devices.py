@@ -11,6 +11,8 @@ from pathlib import Path
 
 import llama_cpp as L
 
+from app.engine.llamalog import quiet_logs
+
 
 def _lib(name: str) -> ctypes.CDLL:
     """The copy of ``lib<name>`` that libllama itself uses. Wheels store the ``.so``/``.so.0`` symlinks as
@@ -82,8 +84,6 @@ def local_gpu() -> bool:
 def gpu_offload_supported() -> bool:
     """Whether this llama.cpp build can put layers on a GPU of this machine (CUDA, Metal, Vulkan, …).
     ``llama_supports_gpu_offload`` alone also says yes for a CPU build that has the RPC backend."""
-    from app.engine.llamalog import quiet_logs
-
     quiet_logs()
     return bool(L.llama_supports_gpu_offload()) and local_gpu()
 
