@@ -249,7 +249,7 @@ class OpenAIApi:
             messages = schema.chat_messages(chat, resolved)
             limits.check_chat_size(messages)  # before the lock: an oversized chat costs milliseconds
             plan = T.chat_plan(chat, messages, self.state.pair.target.chat_template())
-            grammar, style = plan.grammar, plan.style
+            grammar, style, param = plan.grammar, plan.style, T.grammar_param(chat, plan)
             if chat.logprobs:
                 logprobs = chat.top_logprobs or 0
             prompt = lambda pair, cancel: pair.chat_prompt(plan.messages, cancel=cancel,  # noqa: E731 - as /chat
@@ -257,13 +257,13 @@ class OpenAIApi:
         else:
             text = schema.completion_text(cast(schema.CompletionRequest, req))
             limits.check_prompt_size(text)
-            grammar = T.output_grammar(req)
+            grammar, param = T.output_grammar(req), T.grammar_param(req)
             logprobs = cast(schema.CompletionRequest, req).logprobs
             prompt = lambda pair, cancel: pair.completion_prompt(text, cancel=cancel)  # noqa: E731
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(256)
         return Run(self.state, prompt, resolved, schema.stops(req), self._limiter, grammar=grammar,
-                   logprobs=logprobs, tool_style=style), req
+                   logprobs=logprobs, tool_style=style, grammar_param=param), req
 
 
 def _ignored_header(req: schema._Common) -> dict:

@@ -16,7 +16,8 @@ from fastapi import Request
 from app.engine.summary import Summary
 from app.engine.toolcalls import ToolStyle
 from app.engine.toolparse import ContentDelta, ParsedReply, ToolCallDelta, ToolCallParser
-from app.errors import api_error
+from app.engine.grammar import GrammarError
+from app.errors import TandemError, api_error
 from app.server import openai_format as F, openai_schema as schema
 from app.service import settings as S
 from app.service.runner import Job, Live, RunStatus, stream
@@ -30,8 +31,9 @@ class Run:
 
     def __init__(self, state: AppState, prompt: Callable, resolved: dict, stops: list[str],
                  limiter: Optional[anyio.CapacityLimiter] = None, grammar=None, logprobs: Optional[int] = None,
-                 tool_style: Optional[ToolStyle] = None):
+                 tool_style: Optional[ToolStyle] = None, grammar_param: str = "response_format"):
         self.limiter = limiter
+        self.grammar_param = grammar_param
         self.stop = threading.Event()
         self.cfg = replace(S.to_config(resolved), grammar=grammar, logprobs=logprobs)
         self.stops = stops
@@ -67,7 +69,7 @@ class Run:
             self.ttft = time.perf_counter() - live.started
         if live.error:
             self.close()
-            raise _engine_error(live)
+            raise _engine_error(live, self.grammar_param)
         if status == RunStatus.DONE:
             self._over = True
         return True
@@ -187,8 +189,9 @@ class Run:
         }
 
 
-def _engine_error(live: Live) -> schema.RequestError:
+def _engine_error(live: Live, grammar_param: str) -> schema.RequestError:
     status, type_, code = api_error(live.exception)
-    param = getattr(live.exception, "param", None)
+    exc = live.exception
+    param = grammar_param if isinstance(exc, GrammarError) else exc.param if isinstance(exc, TandemError) else None
     return schema.RequestError(live.error or "generation failed", code=code, status=status, type_=type_,
                                param=param)

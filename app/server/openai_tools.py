@@ -30,6 +30,14 @@ def output_grammar(req: schema._Common) -> Optional[GrammarSpec]:
     return grammar_of(req.response_format, req.grammar, req.json_schema)
 
 
+def grammar_param(req: schema._Common, plan: Optional["ChatPlan"] = None) -> str:
+    """The request field a grammar came from (named in the 400 if llama.cpp's parser refuses it)."""
+    if plan is not None and plan.style is not None:
+        return "tools"
+    return "grammar" if req.grammar is not None else "json_schema" if req.json_schema is not None \
+        else "response_format"
+
+
 def chat_plan(req: schema.ChatRequest, messages: list[dict], template: Optional[str]) -> ChatPlan:
     """The plan of a chat request; ToolError / GrammarError (400, naming the field) for what cannot be used."""
     grammar = output_grammar(req)

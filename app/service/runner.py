@@ -183,9 +183,9 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     q.put((_START, i, time.perf_counter()))
                     q.put((PromptCache(_reused(pair, tokens)), i, time.perf_counter()))
                     for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
-                        q.put((ev, i, time.perf_counter()))
-                        if isinstance(ev, TokenEvent) and ev.logprob is not None:
+                        if isinstance(ev, TokenEvent) and ev.logprob is not None:  # (before the token's snapshot)
                             q.put((_pieces(pair, ev), i, time.perf_counter()))
+                        q.put((ev, i, time.perf_counter()))
                         # the draft's rejected proposal, decoded here: piece() is not thread-safe
                         if isinstance(ev, TokenEvent) and ev.draft_token is not None:
                             q.put((DraftText(ev.index, _text(pair, ev.draft_token)), i, time.perf_counter()))
