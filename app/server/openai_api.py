@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import threading
 import time
 from typing import AsyncIterator, Callable, Optional, cast
 
@@ -22,126 +21,18 @@ import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from app.engine.summary import Summary
 from app.errors import TandemError, api_error, ui_message
 from app.engine import limits
-from app.server import openai_format as F, openai_schema as schema
+from app.server import openai_format as F, openai_schema as schema, openai_tools as T
+from app.server.openai_run import Run
 from app.server.guard import Guard
 from app.service import settings as S
 from app.service.metrics import CONTENT_TYPE, Metrics
-from app.service.runner import Job, Live, RunStatus, stream
 from app.service.state import AppState
 
-INTERVAL = 0.05  # seconds between snapshots of a running generation (the granularity of streamed chunks)
-
-
-class Run:
-    """One request's generation, pulled snapshot by snapshot from the runner in a worker thread."""
-
-    def __init__(self, state: AppState, prompt: Callable, resolved: dict, stops: list[str],
-                 limiter: Optional[anyio.CapacityLimiter] = None):
-        self.limiter = limiter
-        self.stop = threading.Event()
-        self.cfg = S.to_config(resolved)
-        self.stops = stops
-        self.cut = F.Cut(stops)
-        self.prompt_tokens = 0
-        self.live: Optional[Live] = None
-        self.ttft: Optional[float] = None
-        self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
-
-        def build(pair):
-            ids = prompt(pair, self.stop)  # the stop switch also abandons a long tokenisation
-            self.prompt_tokens = len(ids)
-            return ids
-
-        self._gen = stream(state, build, [Job(self.cfg)], self.stop, interval=INTERVAL)
-        self._over = False
-
-    async def pull(self) -> bool:
-        """Take the next snapshot; False once the generation is over. Raises the engine's error, if any."""
-        if self._over:
-            return False
-        item = await anyio.to_thread.run_sync(next, self._gen, None, limiter=self.limiter)
-        if item is None:
-            self._over = True
-            return False
-        status, lives = item
-        self.live = live = lives[0]
-        if live.tokens and self.ttft is None and live.started is not None:
-            self.ttft = time.perf_counter() - live.started
-        if live.error:
-            self.close()
-            raise _engine_error(live)
-        if status == RunStatus.DONE:
-            self._over = True
-        return True
-
-    async def begin(self, request: Request) -> bool:
-        """Wait for the turn and the first token (or the end, or an error); False if the client went away."""
-        while await self.pull():
-            if self.live is not None and (self.live.tokens or self.live.done):
-                return True
-            if await request.is_disconnected():
-                self.close()
-                return False
-        return True
-
-    def piece(self) -> str:
-        """Newly releasable text (held back while it could still become a stop string)."""
-        text = self.live.text if self.live else ""
-        out = self.cut.advance(text, final=self._over)
-        if self.cut.end is not None:
-            self.stop.set()  # a stop string: the engine ends at the next step boundary
-        return out
-
-    def close(self) -> None:
-        """Stop the generation (if still running) and close the snapshot stream; idempotent."""
-        self.stop.set()
-        try:
-            self._gen.close()
-        except ValueError:  # pragma: no cover - being advanced in a worker thread; stop is set anyway
-            pass
-        self._over = True
-
-    @property
-    def text(self) -> str:
-        text = self.live.text if self.live else ""
-        return text[:self.cut.end] if self.cut.end is not None else text
-
-    @property
-    def completion_tokens(self) -> int:
-        pieces = [t.text for t in (self.live.tokens if self.live else []) if t.token >= 0]
-        if self.cut.end is None:
-            return len(pieces)
-        full = self.live.text
-        matched = min((s for s in self.stops if full.startswith(s, self.cut.end)), key=len, default="")
-        return F.tokens_through(pieces, self.cut.end + len(matched))
-
-    @property
-    def reason(self) -> str:
-        if self.cut.end is not None:
-            return "stop_string"
-        return self.live.done.reason if self.live and self.live.done else "stopped"
-
-    def extras(self) -> dict:
-        """usage, stats (LM Studio) and timings (llama.cpp) of the finished generation."""
-        live = self.live
-        summary = live.summary() if live else Summary()
-        n = self.completion_tokens
-        prompt_s = (live.decode_start - live.started) if live and live.decode_start and live.started else 0.0
-        return {
-            "usage": F.usage(self.prompt_tokens, n),
-            "stats": F.lmstudio_stats(summary, speculative=self.cfg.speculative, draft_model=self.draft_model,
-                                      completion_tokens=n, ttft=self.ttft, reason=self.reason),
-            "timings": F.llamacpp_timings(summary, prompt_tokens=self.prompt_tokens, prompt_s=max(prompt_s, 0.0),
-                                          completion_tokens=n),
-        }
-
-
-def _engine_error(live: Live) -> schema.RequestError:
-    status, type_, code = api_error(live.exception)
-    return schema.RequestError(live.error or "generation failed", code=code, status=status, type_=type_)
+IGNORED_HEADER = "x-tandem-ignored"  # the request fields Tandem did not use, comma-separated
+ROUTES = {"/v1/models": ("GET",), "/v1/chat/completions": ("POST",), "/v1/completions": ("POST",),
+          "/metrics": ("GET",), "/health": ("GET",)}
 
 
 def _error(exc: schema.RequestError) -> JSONResponse:
@@ -155,9 +46,9 @@ def _sse(obj) -> str:
 class _Stream(StreamingResponse):
     """An SSE response that stops its generation however the response ends (done, error, client gone)."""
 
-    def __init__(self, run: Run, content: AsyncIterator[str], on_end: Callable[[], None]):
+    def __init__(self, run: Run, content: AsyncIterator[str], on_end: Callable[[], None], headers: dict):
         super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
         self.run, self.on_end = run, on_end
 
     async def __call__(self, scope, receive, send) -> None:
@@ -168,19 +59,32 @@ class _Stream(StreamingResponse):
             self.on_end()
 
 
+def _pieces(run: Run, env: F.Envelope) -> list[str]:
+    """The chunks for what the generation released since the last call."""
+    piece = run.piece()
+    if not env.chat:
+        lp = run.logprobs("text")
+        return [_sse(env.chunk(piece, logprobs=lp))] if piece or lp else []
+    out = []
+    for delta in run.deltas(piece):
+        out.append(_sse(env.chunk(None, delta=delta, logprobs=run.logprobs("chat") if "content" in delta else None)))
+    return out
+
+
 async def _events(run: Run, env: F.Envelope, include_usage: bool) -> AsyncIterator[str]:
-    yield _sse(env.chunk(run.piece(), first=True))
+    if env.chat:
+        yield _sse(env.chunk(None, first=True))  # the role alone, as llama.cpp's first chunk
     try:
+        for chunk in _pieces(run, env):
+            yield chunk
         while await run.pull():
-            piece = run.piece()
-            if piece:
-                yield _sse(env.chunk(piece))
-        piece = run.piece()
-        if piece:
-            yield _sse(env.chunk(piece))
+            for chunk in _pieces(run, env):
+                yield chunk
+        for chunk in _pieces(run, env):
+            yield chunk
         extras = run.extras()
         usage = extras.pop("usage")
-        yield _sse(env.chunk(None, F.FINISH.get(run.reason, "stop"), **extras))
+        yield _sse(env.chunk(None, run.finish_reason(), **extras))
         if include_usage:
             yield _sse(env.usage_chunk(usage=usage, **extras))
     except schema.RequestError as exc:  # the response has started: report the error in the stream
@@ -203,8 +107,36 @@ class OpenAIApi:
         r.add_api_route("/v1/models", self.models, methods=["GET"], include_in_schema=False)
         r.add_api_route("/v1/chat/completions", self.chat, methods=["POST"], include_in_schema=False)
         r.add_api_route("/v1/completions", self.completions, methods=["POST"], include_in_schema=False)
+        r.add_api_route("/v1/models/{model_id:path}", self.model, methods=["GET"], include_in_schema=False)
         r.add_api_route("/metrics", self.scrape, methods=["GET"], include_in_schema=False)
+        r.add_api_route("/health", self.health, methods=["GET"], include_in_schema=False)
+        r.add_api_route("/v1/{rest:path}", self.unknown, include_in_schema=False,
+                        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"])
         return r
+
+    async def unknown(self, request: Request, rest: str = "") -> Response:
+        """OpenAI-format 404 (no such route) and 405 (a route, another method) for anything under /v1."""
+        return not_found(request)
+
+    async def health(self, request: Request) -> Response:
+        """llama.cpp's ``/health``: 200 {"status": "ok"} once a pair is loaded, 503 before (no key needed)."""
+        refused = self.guard.refusal(request)
+        if refused is not None:
+            return _error(schema.RequestError(str(refused), code=refused.code, status=refused.status))
+        if self.state.pair is None:
+            return _error(schema.RequestError(self.state.load_error or "no pair is loaded yet",
+                                              code="model_not_loaded", status=503, type_="server_error"))
+        return JSONResponse({"status": "ok"})
+
+    async def model(self, request: Request, model_id: str) -> Response:
+        denied = self._denied(request)
+        if denied:
+            return denied
+        found = [m for m in self._models() if m["id"] == model_id]
+        if not found:
+            return _error(schema.RequestError(f"the model {model_id!r} does not exist", param="model",
+                                              code="model_not_found", status=404))
+        return JSONResponse(found[0])
 
     def _denied(self, request: Request) -> Optional[JSONResponse]:
         refused = self.guard.refusal(request)
@@ -229,14 +161,16 @@ class OpenAIApi:
         denied = self._denied(request)
         if denied:
             return denied
+        return JSONResponse({"object": "list", "data": self._models()})
+
+    def _models(self) -> list[dict]:
         info = self.state.describe_pair()
-        data = []
-        if info["loaded"]:
-            draft = info.get("draft")
-            data.append({"id": self.model_id(), "object": "model", "created": 0, "owned_by": "tandem",
-                         "target": info["target"]["file"], "draft": draft["file"] if draft else None,
-                         "n_ctx": info["n_ctx"]})
-        return JSONResponse({"object": "list", "data": data})
+        if not info["loaded"]:
+            return []
+        draft = info.get("draft")
+        return [{"id": self.model_id(), "object": "model", "created": 0, "owned_by": "tandem",
+                 "target": info["target"]["file"], "draft": draft["file"] if draft else None,
+                 "n_ctx": info["n_ctx"]}]
 
     async def scrape(self, request: Request) -> Response:
         denied = self._denied(request)
@@ -270,10 +204,11 @@ class OpenAIApi:
             if closing is not None and not run.text:
                 raise closing
             env = F.Envelope(kind, self.model_id())
+            headers = _ignored_header(req)
             if req.stream:
                 include_usage = bool(req.stream_options and req.stream_options.include_usage)
                 streaming = True
-                return _Stream(run, _events(run, env, include_usage), on_end=record)
+                return _Stream(run, _events(run, env, include_usage), on_end=record, headers=headers)
             while await run.pull():
                 run.piece()
                 if await request.is_disconnected():
@@ -281,7 +216,10 @@ class OpenAIApi:
                     status = 499
                     return Response(status_code=499)
             run.piece()
-            return JSONResponse(env.response(run.text, F.FINISH.get(run.reason, "stop"), **run.extras()))
+            reply = run.parsed()
+            content = reply.content if reply.content or not reply.tool_calls else None
+            return JSONResponse(env.response(content, run.finish_reason(), logprobs=run.logprobs(kind, final=True),
+                                             tool_calls=reply.tool_calls, **run.extras()), headers=headers)
         except schema.RequestError as exc:
             status = exc.status
             return _error(exc)
@@ -305,17 +243,59 @@ class OpenAIApi:
         if self.state.pair is None:
             raise schema.RequestError(self.state.load_error or "no pair is loaded yet", code="model_not_loaded",
                                       status=503, type_="server_error")
+        style, logprobs = None, None
         if kind == "chat":
-            messages = schema.chat_messages(cast(schema.ChatRequest, req), resolved)
+            chat = cast(schema.ChatRequest, req)
+            messages = schema.chat_messages(chat, resolved)
             limits.check_chat_size(messages)  # before the lock: an oversized chat costs milliseconds
-            prompt = lambda pair, cancel: pair.chat_prompt(messages, cancel=cancel)  # noqa: E731 - as /chat
+            plan = T.chat_plan(chat, messages, self.state.pair.target.chat_template())
+            grammar, style, param = plan.grammar, plan.style, T.grammar_param(chat, plan)
+            if chat.logprobs:
+                logprobs = chat.top_logprobs or 0
+            prompt = lambda pair, cancel: pair.chat_prompt(plan.messages, cancel=cancel,  # noqa: E731 - as /chat
+                                                           tools=plan.tools)
         else:
             text = schema.completion_text(cast(schema.CompletionRequest, req))
             limits.check_prompt_size(text)
+            grammar, param = T.output_grammar(req), T.grammar_param(req)
+            logprobs = cast(schema.CompletionRequest, req).logprobs
             prompt = lambda pair, cancel: pair.completion_prompt(text, cancel=cancel)  # noqa: E731
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(256)
-        return Run(self.state, prompt, resolved, schema.stops(req), self._limiter), req
+        return Run(self.state, prompt, resolved, schema.stops(req), self._limiter, grammar=grammar,
+                   logprobs=logprobs, tool_style=style, grammar_param=param), req
+
+
+def _ignored_header(req: schema._Common) -> dict:
+    names = schema.ignored(req)
+    return {IGNORED_HEADER: ", ".join(names)[:2000]} if names else {}
+
+
+def not_found(request: Request) -> JSONResponse:
+    """OpenAI's error body for a path that is not a route (404) or a route asked with another method (405)."""
+    path = request.url.path.rstrip("/") or "/"
+    allowed = next((methods for route, methods in ROUTES.items() if path.endswith(route)), None)
+    if allowed is not None and path.startswith("/v1/models/"):
+        allowed = None
+    if allowed is None:
+        return _error(schema.RequestError(f"no route {request.method} {request.url.path}", code="not_found",
+                                          status=404))
+    resp = _error(schema.RequestError(f"{request.method} is not allowed on {request.url.path}; use "
+                                      f"{' or '.join(allowed)}", code="method_not_allowed", status=405))
+    resp.headers["Allow"] = ", ".join(allowed)
+    return resp
+
+
+def openai_errors(app: FastAPI) -> None:
+    """On the API's own server: every unknown route or method answers in OpenAI's error format."""
+    from starlette.exceptions import HTTPException
+
+    async def handler(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code in (404, 405):
+            return not_found(request)
+        return _error(schema.RequestError(str(exc.detail), status=exc.status_code))
+
+    app.add_exception_handler(HTTPException, handler)  # type: ignore[arg-type]
 
 
 def mount(app: FastAPI, state: AppState, api_key: Optional[str] = None,

@@ -10,7 +10,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from app.engine.logprobs import TokenLogprob
 from app.engine.summary import Summary
+from app.engine.toolcalls import ToolCall
 
 # the engine's DoneEvent.reason → OpenAI's finish_reason / LM Studio's stop_reason
 FINISH = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context": "length", "stopped": "stop"}
@@ -107,10 +109,16 @@ def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional
     return out
 
 
-def llamacpp_timings(summary: Summary, *, prompt_tokens: int, prompt_s: float, completion_tokens: int) -> dict:
-    """llama.cpp server's ``timings`` (milliseconds; draft counters as in its speculative responses)."""
+def llamacpp_timings(summary: Summary, *, prompt_tokens: int, prompt_s: float, completion_tokens: int,
+                     cached: int = 0) -> dict:
+    """llama.cpp server's ``timings`` (milliseconds; draft counters as in its speculative responses).
+
+    As llama.cpp's: ``prompt_n`` counts the prompt tokens actually processed, ``cache_n`` those the KV cache
+    already held (a repeated prompt is not "processed" at a hundred thousand tokens a second)."""
     decode_s = summary.t_total
+    prompt_tokens -= cached
     return {
+        "cache_n": cached,
         "prompt_n": prompt_tokens,
         "prompt_ms": prompt_s * 1000.0,
         "prompt_per_token_ms": prompt_s * 1000.0 / prompt_tokens if prompt_tokens else 0.0,
@@ -140,25 +148,69 @@ class Envelope:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": "tandem", "choices": choices, **extra}
 
-    def response(self, text: str, finish: str, **extra) -> dict:
+    def response(self, text: Optional[str], finish: str, logprobs: Optional[dict] = None,
+                 tool_calls: Sequence[ToolCall] = (), **extra) -> dict:
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": finish}
+            message: dict = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = [call_json(c) for c in tool_calls]
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
             return self._wrap("chat.completion", [choice], **extra)
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         return self._wrap("text_completion", [choice], **extra)
 
-    def chunk(self, text: Optional[str], finish: Optional[str] = None, first: bool = False, **extra) -> dict:
+    def chunk(self, text: Optional[str], finish: Optional[str] = None, first: bool = False,
+              logprobs: Optional[dict] = None, delta: Optional[dict] = None, **extra) -> dict:
+        """A streamed chunk; a chat's first one carries the role alone (as llama.cpp's), ``delta`` overrides."""
         if self.chat:
-            delta: dict = {"role": "assistant", "content": text or ""} if first else \
-                ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            if delta is None:
+                delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             return self._wrap("chat.completion.chunk", [choice], **extra)
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         return self._wrap("text_completion", [choice], **extra)
 
     def usage_chunk(self, **extra) -> dict:
         return self._wrap("chat.completion.chunk" if self.chat else "text_completion", [], **extra)
+
+
+# --- tool calls and logprobs ------------------------------------------------------------------------------
+
+def call_json(call: ToolCall) -> dict:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def call_deltas(index: int, call: ToolCall) -> list[dict]:
+    """A streamed call as OpenAI streams it: id, type and name first, then the arguments."""
+    return [{"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                             "function": {"name": call.name, "arguments": ""}}]},
+            {"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]}]
+
+
+def _text_of(piece: bytes) -> str:
+    return piece.decode("utf-8", errors="replace")
+
+
+def chat_logprobs(logprobs: Sequence[TokenLogprob], pieces: dict) -> dict:
+    """OpenAI chat's ``logprobs``: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}."""
+    def entry(token: int, logprob: float) -> dict:
+        piece = pieces.get(token, b"")
+        return {"token": _text_of(piece), "logprob": logprob, "bytes": list(piece)}
+    return {"content": [dict(entry(lp.token, lp.logprob), top_logprobs=[entry(t.token, t.logprob) for t in lp.top])
+                        for lp in logprobs]}
+
+
+def completion_logprobs(logprobs: Sequence[TokenLogprob], pieces: dict, offset: int = 0) -> dict:
+    """The legacy completions ``logprobs``: tokens, token_logprobs, top_logprobs ({token: logprob}), text_offset
+    (each token's start in the completion's text, from ``offset``)."""
+    tokens, offsets = [], []
+    for lp in logprobs:
+        offsets.append(offset)
+        tokens.append(_text_of(pieces.get(lp.token, b"")))
+        offset += len(tokens[-1])
+    return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in logprobs],
+            "top_logprobs": [{_text_of(pieces.get(t.token, b"")): t.logprob for t in lp.top} for lp in logprobs],
+            "text_offset": offsets}
 
 
 def error_body(message: str, type_: str = "invalid_request_error", param: Optional[str] = None,

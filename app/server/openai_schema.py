@@ -1,7 +1,8 @@
 """Request bodies of the OpenAI-compatible API, validated with pydantic, and what they mean for Tandem.
 
-Unknown fields and wrong types are refused (:class:`RequestError`, HTTP 400, OpenAI's error shape) naming the
-field. Besides OpenAI's own fields, a request may carry the speculative settings of the ``/chat`` endpoint
+Wrong types are refused (:class:`RequestError`, HTTP 400, OpenAI's error shape) naming the field; unknown
+fields are ignored, as other local servers do, and named in the response header ``x-tandem-ignored``
+(:func:`ignored`). Besides OpenAI's own fields, a request may carry the speculative settings of the ``/chat`` endpoint
 (``speculative``, ``proposer``, ``k``, ``k_max``, ``p_min``, ``rule``) and llama.cpp's sampling extras
 (``top_k``, ``min_p``, ``repeat_penalty``); whatever is left out takes the app's defaults, as in ``/chat``.
 """
@@ -14,12 +15,13 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.engine.errors import BadInput
+from app.engine.logprobs import MAX_TOP
 from app.service import chat, settings as S
 
 Number = Union[StrictInt, float]
 SETTING_FIELDS = ("temperature", "top_p", "seed", "speculative", "proposer", "k", "k_max", "p_min", "rule",
                   "top_k", "min_p", "repeat_penalty")
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 class RequestError(BadInput, ValueError):
@@ -32,7 +34,7 @@ class RequestError(BadInput, ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True)  # unknown fields: kept aside, named, ignored
 
 
 class StreamOptions(_Strict):
@@ -44,10 +46,23 @@ class TextPart(_Strict):
     text: StrictStr
 
 
+class FunctionCall(_Strict):
+    name: StrictStr
+    arguments: StrictStr = "{}"
+
+
+class ToolCallIn(_Strict):
+    id: Optional[StrictStr] = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[StrictStr, list[TextPart], None] = None
     name: Optional[StrictStr] = None
+    tool_calls: Optional[list[ToolCallIn]] = None  # an assistant's earlier calls
+    tool_call_id: Optional[StrictStr] = None  # a tool result: the call it answers
 
 
 class _Common(_Strict):
@@ -69,16 +84,24 @@ class _Common(_Strict):
     k: Union[StrictInt, Literal["auto"], None] = None
     k_max: Optional[StrictInt] = None
     p_min: Optional[Number] = None
-    rule: Optional[Literal["rejection", "match"]] = None
+    rule: Optional[Literal["rejection", "match", "coupled"]] = None
     top_k: Optional[StrictInt] = None
     min_p: Optional[Number] = None
     repeat_penalty: Optional[Number] = None
+    # structured output: OpenAI's response_format and llama.cpp's grammar / json_schema (structured.py)
+    response_format: Optional[dict[str, Any]] = None
+    grammar: Optional[StrictStr] = None
+    json_schema: Optional[dict[str, Any]] = None
 
 
 class ChatRequest(_Common):
     messages: list[Message]
     max_completion_tokens: Optional[StrictInt] = None
     logprobs: Optional[StrictBool] = None
+    top_logprobs: Optional[StrictInt] = None
+    tools: Optional[list[Any]] = None  # checked by the engine's toolcalls.parse_tools
+    tool_choice: Union[StrictStr, dict[str, Any], None] = None
+    parallel_tool_calls: Optional[StrictBool] = None
 
 
 class CompletionRequest(_Common):
@@ -117,8 +140,6 @@ def _describe(exc: ValidationError) -> RequestError:
     msgs = list(dict.fromkeys(e["msg"] for e in errors if _field_path(e.get("loc", ())) == loc))
     if kind == "json_invalid":
         return RequestError(f"the body is not valid JSON: {err.get('msg')}", code="invalid_json")
-    if kind == "extra_forbidden":
-        return RequestError(f"unrecognized request argument supplied: {param}", param=param, code="unknown_parameter")
     if kind == "missing":
         return RequestError(f"missing required parameter: {param}", param=param, code="missing_required_parameter")
     if kind == "model_type" and not loc:
@@ -135,17 +156,42 @@ def _refuse_unsupported(req: _Common) -> None:
     if isinstance(req, ChatRequest):
         if not req.messages:
             raise RequestError("messages must not be empty", param="messages", code="invalid_value")
-        if req.logprobs:
-            raise RequestError("logprobs are not supported", param="logprobs", code="unsupported_value")
+        if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_TOP:
+            raise RequestError(f"top_logprobs must be between 0 and {MAX_TOP}", param="top_logprobs",
+                               code="invalid_value")
+        _check_turns(req.messages)
     if isinstance(req, CompletionRequest):
         if isinstance(req.prompt, list) and len(req.prompt) != 1:
             raise RequestError("prompt must be one string (batches are not supported)", param="prompt",
                                code="unsupported_value")
-        for name in ("echo", "logprobs", "suffix"):
-            if getattr(req, name) not in (None, False, 0):
+        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
+            raise RequestError(f"logprobs must be between 0 and {MAX_TOP}", param="logprobs", code="invalid_value")
+        for name in ("echo", "suffix"):
+            if getattr(req, name) not in (None, False, ""):
                 raise RequestError(f"{name} is not supported", param=name, code="unsupported_value")
     if len(stops(req)) > 16:
         raise RequestError("at most 16 stop strings", param="stop", code="invalid_value")
+
+
+def _check_turns(messages: list[Message]) -> None:
+    """llama.cpp's rule: two assistant turns in a row are refused (one reply cannot follow another)."""
+    for i in range(1, len(messages)):
+        if messages[i].role == messages[i - 1].role == "assistant":
+            raise RequestError(f"messages[{i}] is a second assistant message in a row; merge the two or put a "
+                               "user message between them", param=f"messages[{i}]", code="invalid_value")
+
+
+def ignored(req: BaseModel, path: str = "") -> list[str]:
+    """The names of the fields the request carried that Tandem does not use (nested ones as a.b[0].c)."""
+    out = [path + name for name in (req.model_extra or {})]
+    for name in type(req).model_fields:
+        value = getattr(req, name)
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, BaseModel):
+                where = f"{path}{name}[{i}]." if isinstance(value, list) else f"{path}{name}."
+                out += ignored(item, where)
+    return out
 
 
 def stops(req: _Common) -> list[str]:
@@ -161,14 +207,29 @@ def settings_of(req: _Common, base: dict) -> dict:
     if max_tokens is not None:
         chosen["max_tokens"] = max_tokens
     try:
-        return S.resolve(chosen, base)
+        resolved = S.resolve(chosen, base)
     except S.SettingsError as exc:
         raise RequestError(str(exc), param=exc.param if exc.param in chosen else None, code="invalid_value") from None
+    if req.rule is None and resolved["seed"] is not None and resolved["temperature"] > 0:
+        resolved["rule"] = "coupled"  # a seed holds whatever the speculation (coupled.py)
+    return resolved
 
 
 def chat_messages(req: ChatRequest, resolved: dict) -> list[dict]:
-    """The conversation as ``/chat`` builds it (same system-prompt rule, same text extraction)."""
-    history = [{"role": ROLES[m.role], "content": _content(m.content)} for m in req.messages]
+    """The conversation as ``/chat`` builds it (same system-prompt rule, same text extraction); tool calls and
+    tool results keep their fields for the engine's ``toolcalls.tool_prompt``."""
+    history = []
+    for m in req.messages:
+        msg: dict[str, Any] = {"role": ROLES[m.role], "content": _content(m.content)}
+        if m.tool_calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                                               "arguments": c.function.arguments}}
+                                 for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            msg["tool_call_id"] = m.tool_call_id
+        if m.name is not None and m.role == "tool":
+            msg["name"] = m.name
+        history.append(msg)
     return chat.build_messages(history, None, resolved["system"])
 
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from app.engine.rpc import LOOPBACK
 from app.server import guard as G
-from app.server.openai_api import OpenAIApi, mount
+from app.server.openai_api import OpenAIApi, mount, openai_errors
 from app.service.loading import app_state, say, startup_pair
 from app.service.ports import port_is_free
 from app.service.state import AppState
@@ -95,6 +95,7 @@ def check_exposure(host: str, api_key: Optional[str]) -> None:
 def build(state: AppState, api_key: Optional[str] = None,
           guard: Optional[G.Guard] = None) -> tuple[FastAPI, OpenAIApi]:
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
+    openai_errors(app)  # unknown routes and methods: OpenAI-format 404 / 405
     return app, mount(app, state, api_key, guard)
 
 

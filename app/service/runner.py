@@ -49,6 +49,8 @@ class Live:
     last: Optional[float] = None  # wall time of the latest step
     times: list = field(default_factory=list)  # wall time each token arrived (Compare's race replay)
     draft_texts: dict = field(default_factory=dict)  # token index → the draft's rejected proposal, as text
+    cached: Optional[int] = None  # prompt tokens the KV cache already held (reused, not processed again)
+    pieces: dict = field(default_factory=dict)  # token id → its bytes, for the logprobs' alternatives
 
     @property
     def text(self) -> str:
@@ -82,6 +84,10 @@ class Live:
             self.times.append(now)
         elif isinstance(ev, DraftText):
             self.draft_texts[ev.index] = ev.text
+        elif isinstance(ev, PromptCache):
+            self.cached = ev.cached
+        elif isinstance(ev, Pieces):
+            self.pieces.update(ev.pieces)
         elif isinstance(ev, StepEvent):
             self.stats.add(ev, now)
             self.last = now
@@ -97,6 +103,31 @@ class Live:
 class DraftText:
     index: int  # the corrected token's position in the reply
     text: str  # what the draft had proposed there
+
+
+@dataclass(frozen=True)
+class PromptCache:
+    cached: int  # prompt tokens already in the KV cache when the job began
+
+
+@dataclass(frozen=True)
+class Pieces:
+    pieces: dict  # token id → bytes (decoded in the worker: piece() is not thread-safe)
+
+
+def _reused(pair: Pair, tokens: Sequence[int]) -> int:
+    """Prompt tokens the target's cache already holds (the loop re-decodes at least the last one)."""
+    missing = getattr(pair.target, "missing", None)
+    if missing is None or not tokens:
+        return 0
+    return max(0, min(len(tokens) - 1, len(tokens) - missing(tokens)))
+
+
+def _pieces(pair: Pair, ev: TokenEvent) -> Optional[Pieces]:
+    lp = ev.logprob
+    if lp is None:
+        return None
+    return Pieces({t: pair.target.piece(t) for t in {lp.token, *(alt.token for alt in lp.top)}})
 
 
 def _text(pair: Pair, token: int) -> str:
@@ -150,7 +181,10 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     if job.reset:
                         pair.reset()
                     q.put((_START, i, time.perf_counter()))
+                    q.put((PromptCache(_reused(pair, tokens)), i, time.perf_counter()))
                     for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
+                        if isinstance(ev, TokenEvent) and ev.logprob is not None:  # (before the token's snapshot)
+                            q.put((_pieces(pair, ev), i, time.perf_counter()))
                         q.put((ev, i, time.perf_counter()))
                         # the draft's rejected proposal, decoded here: piece() is not thread-safe
                         if isinstance(ev, TokenEvent) and ev.draft_token is not None:

@@ -1,0 +1,47 @@
+"""The OpenAI-compatible API served in this process (``serve.build``, real uvicorn on a free port) over the
+session's demo pair, for tests that drive it with the real ``openai`` client."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from app.server.serve import build
+from app.service.ports import ephemeral_port
+from app.service.state import AppState
+
+
+class Served:
+    def __init__(self, pair, pair_id: str = "demo-smollm2"):
+        import uvicorn
+
+        self.state = AppState(pair=pair, pair_id=pair_id)
+        app, _ = build(self.state)
+        port = ephemeral_port()
+        self.url = f"http://127.0.0.1:{port}/"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the API did not start"
+            time.sleep(0.05)
+
+    def client(self):
+        import openai
+
+        return openai.OpenAI(base_url=self.url + "v1", api_key="unused", max_retries=0, timeout=300)
+
+    def get(self, path: str, method: str = "GET") -> tuple[int, dict, bytes]:
+        req = urllib.request.Request(self.url + path.lstrip("/"), method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
