@@ -26,8 +26,10 @@ def run(args: argparse.Namespace) -> int:
     from app.lab.stores import check_stores
     from app.server import guard
     from app.server.openai_api import mount
+    from app.server.serve import header_deadline_by_default
     from app.ui.app import serve
 
+    header_deadline_by_default()  # Gradio's own server: half-sent requests are closed, as under `serve`
     key = api_key(args)
     check_stores()  # a bad store or registered model: one line each on stderr, never a failed start
     checks = guard.make(args.host, key, args.allow_origin, args.max_body_mib)

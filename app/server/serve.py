@@ -85,6 +85,25 @@ def _protocol() -> type:
     return HeaderDeadline
 
 
+def header_deadline_by_default() -> None:
+    """Every uvicorn server this process starts with ``http="auto"`` gets the header deadline: the app's own server
+    is built by Gradio (``gradio.http_server`` makes its ``uvicorn.Config`` itself), so the default is changed
+    where that config is made. Idempotent."""
+    import uvicorn
+
+    if getattr(uvicorn.Config.__init__, "_tandem_deadline", False):
+        return
+    original = uvicorn.Config.__init__
+
+    def init(self: Any, app: Any, *args: Any, **kwargs: Any) -> None:
+        if not args and kwargs.get("http", "auto") == "auto":  # Gradio passes keywords only
+            kwargs["http"] = _protocol()
+        original(self, app, *args, **kwargs)
+
+    init._tandem_deadline = True  # type: ignore[attr-defined]
+    uvicorn.Config.__init__ = init  # type: ignore[method-assign]
+
+
 def check_exposure(host: str, api_key: Optional[str]) -> None:
     """Refuse to serve beyond this machine without a key."""
     if host not in LOOPBACK and not api_key:
