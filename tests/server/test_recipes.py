@@ -113,3 +113,27 @@ def test_continue_config_talks_to_the_same_server(docker_recipe):
     assert reply.choices[0].message.content.strip()
     text, _ = chat_stream(client)
     assert text.strip()
+
+
+def test_the_app_serves_the_same_recipe_on_its_own_port():
+    """The app's line of the recipe: UI and /v1 beyond loopback, the container's Host header, the key."""
+    argv = recipe_line("python launcher.py --no-browser --host 0.0.0.0")
+    assert readme_value(r"OPENAI_API_BASE_URL=(http://host.docker.internal:7860/v1)")
+    port, key = ephemeral_port(), secrets.token_urlsafe(16)
+    argv = with_flag(with_flag(argv, "--port", str(port)), "--api-key", key)
+    log = open(ARTIFACTS / "app-recipe.log", "w")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), *argv[2:]], cwd=ROOT,
+                            env=dict(os.environ, TANDEM_QUIET="1"), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while "under /v1" not in (ARTIFACTS / "app-recipe.log").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, (ARTIFACTS / "app-recipe.log").read_text()
+            time.sleep(0.5)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key,
+                               default_headers={"Host": f"host.docker.internal:{port}"})
+        assert [m.id for m in client.models.list()] == ["demo-smollm2"]
+        text, _ = chat_stream(client)
+        assert text.strip()
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+    finally:
+        _stop(proc, log)
