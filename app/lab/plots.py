@@ -3,6 +3,9 @@
 - speedup vs K, one line per draft, with the predicted bound (dashed, same colour) and the min–max spread;
 - per-position acceptance: for each draft at its best K, how often draft position i was accepted;
 - measured vs predicted speedup: one point per cell against the y = x line.
+
+Legends sit below the axes, outside the plotted area, and text is 9-11 pt, so that the figures stay readable
+when the app shows two side by side.
 """
 
 from __future__ import annotations
@@ -40,10 +43,26 @@ def _label(cell: dict) -> str:
     return str(cell["k"])
 
 
+FONT = {"title": 11, "label": 10, "tick": 9, "legend": 9}
+
+
+def _legend(ax) -> None:
+    """The legend under the axes (outside the plotted area), in up to two columns."""
+    n = len(ax.get_legend_handles_labels()[1])
+    if n:
+        ax.legend(fontsize=FONT["legend"], loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(2, n),
+                  frameon=False)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
+    for ax in fig.axes:
+        ax.title.set_fontsize(FONT["title"])
+        ax.xaxis.label.set_fontsize(FONT["label"])
+        ax.yaxis.label.set_fontsize(FONT["label"])
+        ax.tick_params(labelsize=FONT["tick"])
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # "tight": the legend below the axes is kept
     return path
 
 
@@ -79,8 +98,7 @@ def speedup_vs_k(cells: Sequence[dict], path: Path, title: str = "") -> Path:
     ax.set_xlabel("K (draft tokens per target pass)")
     ax.set_ylabel("speedup over plain decoding (x)")
     ax.set_title(title or "Speedup vs K (median over prompts, bars: min–max)")
-    if cells:
-        ax.legend(fontsize=7, loc="best")
+    _legend(ax)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
@@ -104,14 +122,13 @@ def per_position(cells: Sequence[dict], path: Path) -> Path:
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate at that position")
     ax.set_title("Per-position acceptance (each draft at its best K)")
-    if drawn:
-        ax.legend(fontsize=7)
+    _legend(ax)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
 def measured_vs_predicted(cells: Sequence[dict], path: Path) -> Path:
-    fig = Figure(figsize=(5.2, 4.6))
+    fig = Figure(figsize=(6, 4.8))
     ax = fig.add_subplot()
     pts = [(c["bound"], c["speedup"], c) for c in cells if c.get("bound") is not None and c["speedup"] is not None]
     drafts = _drafts(cells)
@@ -120,13 +137,13 @@ def measured_vs_predicted(cells: Sequence[dict], path: Path) -> Path:
         if mine:
             ax.scatter([p[0] for p in mine], [p[1] for p in mine], color=f"C{i % 10}", label=draft)
             for x, y, c in mine:
-                ax.annotate(_label(c), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                ax.annotate(_label(c), (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points")
     if pts:
         top = max(max(x, y) for x, y, _ in pts) * 1.1
         ax.plot([0, top], [0, top], color="grey", linestyle="--", linewidth=0.8, label="measured = predicted")
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
-        ax.legend(fontsize=7)
+        _legend(ax)
     else:
         _empty(ax, "no cell with a predicted bound")
     ax.set_xlabel("predicted speedup (bound from measured alpha, c, v)")

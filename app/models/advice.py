@@ -54,7 +54,9 @@ def _derived_size(src_size: Optional[int], src_quant: str, ftype: str) -> Option
 
 
 def label_pairs(cat: Optional[Catalog] = None, machine: Optional[Machine] = None,
-                settings: Settings = Settings()) -> list[dict[str, Any]]:
+                settings: Settings = Settings(), check_installed: bool = False) -> list[dict[str, Any]]:
+    """One row per catalog pair. ``check_installed``: a pair whose two files are here and whose compatibility
+    was never judged is judged now, from the local headers (no network), and the verdict is remembered."""
     from app.models import hardware
     from app.models.compat import known_verdict
 
@@ -76,10 +78,23 @@ def label_pairs(cat: Optional[Catalog] = None, machine: Optional[Machine] = None
                        draft_gpu_layers=p.draft_gpu_layers, target_layers=t.n_layers + 1, reason=p.reason,
                        target_weights=t.weights)
         verdict = known_verdict(pair.target, pair.draft)
+        if verdict is None and check_installed and row["installed"]:
+            verdict = _judge(pair.target, pair.draft, cat)
         row["compatible"] = None if verdict is None else verdict["ok"]
         row["compat_reason"] = "" if verdict is None else verdict["reason"]
         rows.append(row)
     return rows
+
+
+def _judge(target: str, draft: str, cat: Catalog) -> Optional[dict[str, Any]]:
+    """The verdict for two installed models from their local headers, or None if they cannot be read."""
+    from app.models.compat import CompatError, check_pair
+
+    try:
+        v = check_pair(target, draft, cat, remember=True, offline=True)
+    except CompatError:
+        return None
+    return {"ok": v.ok, "reason": v.reason}
 
 
 def recommend(rows: list[dict[str, Any]], uses: tuple[str, ...] = ("code", "chat")) -> dict[str, Any]:

@@ -3,6 +3,7 @@ their GGUF headers, and the pairs the user has checked. Kept in ``library.json``
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import threading
@@ -110,8 +111,12 @@ def import_gguf(path: Path | str, copy: bool = False, model_id: Optional[str] = 
     """Add a local ``.gguf`` to the library after reading its header. With ``copy`` the file is copied into
     the models directory (for uploads, which live in a temporary directory); otherwise it stays where it is."""
     src = Path(path).expanduser()
+    if src.is_dir():
+        raise LibraryError(f"{src} is a folder: give the .gguf file inside it")
     if not src.is_file():
         raise LibraryError(f"no such file: {src}")
+    if not os.access(src, os.R_OK):
+        raise LibraryError(f"cannot read {src}: permission denied (check the file's permissions)")
     try:
         m, _ = meta.read(src)
     except GGUFError as exc:

@@ -184,8 +184,17 @@ def backend_name() -> str:
         return "unknown"
 
 
+def model_desc(desc: str) -> str:
+    """llama.cpp's "<arch> <size class> <file type>" as "<arch> · file type <type>": the size class is guessed
+    from the layer count (SmolLM2-135M's 30 layers read "256M") and would contradict the parameter count."""
+    parts = desc.split(" ", 2)
+    if len(parts) < 3:
+        return desc
+    return f"{parts[0]} · file type {parts[2].replace('all F32', 'F32')}"
+
+
 def _model_facts(model, n_gpu_layers: int) -> dict:
-    return {"file": model.path.name, "desc": model.describe(), "size_bytes": model.size_bytes,
+    return {"file": model.path.name, "desc": model_desc(model.describe()), "size_bytes": model.size_bytes,
             "n_params": model.n_params, "n_ctx": model.n_ctx, "n_gpu_layers": n_gpu_layers}
 
 

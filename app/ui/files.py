@@ -1,10 +1,12 @@
 """Which files the app's handlers and API may open: files under the data directory and uploads (Gradio's upload
-folder). Any other path, whether it exists or not, gets one fixed message, so a client cannot probe the
+folder); for Import by path also ``.gguf`` files in the user's home folder (a model in Downloads needs no
+upload). Any other path, whether it exists or not, gets one fixed message, so a client cannot probe the
 server's files (does ``/etc/shadow`` exist, what does it start with). The command line is not limited: it runs
 as the user, on the user's own files."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from app.engine.errors import BadInput
@@ -14,8 +16,8 @@ from app import paths
 from app.models import library
 from app.models.catalog import load
 
-REFUSED = ("no such model here: give an installed model id, a catalog id, a .gguf inside Tandem's data folder, "
-           "or upload the file")
+REFUSED = ("no such model here: give an installed model id, a catalog id, a .gguf inside Tandem's data folder "
+           "(Import also takes a .gguf in your home folder), or upload the file")
 
 
 class FileRefused(BadInput, ValueError):
@@ -41,6 +43,47 @@ def allowed_file(ref: str) -> Path:
     if not ok:
         raise FileRefused(REFUSED)
     return path
+
+
+class ImportRefused(BadInput, ValueError):
+    """A path Import may look at but cannot take: missing, a folder, unreadable; the message says which."""
+
+
+def importable(ref: str) -> tuple[Path, bool]:
+    """(the file, whether it lies outside :func:`roots`) for Import by path: what :func:`allowed_file` allows,
+    or a ``.gguf`` in the user's home folder. Inside those folders a missing file, a folder or an unreadable
+    file gets its own message (ImportRefused); any other path the fixed one (FileRefused)."""
+    path = Path(str(ref).strip()).expanduser()
+    if not path.is_absolute():
+        path = paths.home() / path
+    path = Path(os.path.abspath(path))  # ".." resolved by name, links not yet followed
+    if not _may_import(path):
+        raise FileRefused(REFUSED)
+    if not os.path.lexists(path):
+        raise ImportRefused(f"no such file: {path}")
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise ImportRefused(f"{path} is a link to a file that does not exist") from None
+    if not _may_import(real):  # a link out of the allowed folders, or to a file that is not a .gguf
+        raise FileRefused(REFUSED)
+    if real.is_dir():
+        raise ImportRefused(f"{path} is a folder: give the .gguf file inside it")
+    if not real.is_file():
+        raise ImportRefused(f"{path} is not a regular file")
+    if not os.access(real, os.R_OK):
+        raise ImportRefused(f"cannot read {path}: permission denied (check the file's permissions)")
+    return real, not any(real.is_relative_to(root) for root in roots())
+
+
+def _may_import(path: Path) -> bool:
+    if any(path.is_relative_to(root) for root in [*roots(), Path(os.path.abspath(paths.home()))]):
+        return True
+    try:
+        home = Path.home().resolve()
+    except (OSError, RuntimeError):
+        return False
+    return path.suffix.lower() == ".gguf" and path.is_relative_to(home) and home != Path(home.anchor)
 
 
 def model_ref(ref: str) -> str:

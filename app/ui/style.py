@@ -117,7 +117,14 @@ RACE_CSS = """
 @keyframes tdm-grow{to{width:100%}}
 """
 
-CSS = TOKENS_CSS + CHAT_CSS + PANEL_CSS + RACE_CSS
+LAB_CSS = """
+.tdm-df th,.tdm-df th *,#tdm-cells th,#tdm-cells th *,#tdm-runs th,#tdm-runs th *{white-space:nowrap!important;
+  word-break:keep-all!important;overflow-wrap:normal!important;hyphens:none}
+#tdm-bench-status,#tdm-measure-note,#tdm-import-status{position:relative}
+#tdm-bench-status:has(.wrap:not(.hide)),#tdm-measure-note:has(.wrap:not(.hide)){min-height:80px}
+"""
+
+CSS = TOKENS_CSS + CHAT_CSS + PANEL_CSS + RACE_CSS + LAB_CSS
 
 HEAD = """<script>
 (() => {

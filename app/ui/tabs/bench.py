@@ -23,6 +23,7 @@ from app.lab.report import compare_markdown, k_label, recommendation_line
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
 from app.service.state import session_key
+from app.ui import panel
 from app.ui.api import refused
 from app.ui.controls import GEN
 from app.ui.panel import _fmt as _f
@@ -56,6 +57,24 @@ def recommendation_md(result: Optional[dict]) -> str:
     for err in result.get("errors", []):
         lines.append(f"- skipped {err['draft']}: {err['error']}")
     return "\n".join(lines)
+
+
+RUNNING = ("**A sweep is running** — its progress is shown above; the recommendation, the plots and the cells "
+           "appear here when it ends (Cancel keeps what was measured so far).")
+
+
+def lab_glossary_html() -> str:
+    """The cells' columns in the Chat glossary's words (α, c, v, bound = the Chat's "speedup, estimate")."""
+    words = dict(panel.GLOSSARY)
+    terms = [("speedup", "Median over the prompts of the speculative run's tokens/s divided by the plain run's "
+                         "tokens/s, measured here; spread: the smallest and largest over the prompts."),
+             ("accept", words.get("acceptance")), ("tok/pass", words.get("tokens / pass")), ("K", words.get("K")),
+             ("α (alpha)", words.get("α (alpha)")), ("c", words.get("c")), ("v", words.get("v")),
+             ("bound", "The speedup predicted from this cell's measured α, K, c and v (the Chat's \"speedup, "
+                       "estimate\"): (1 − α^(K+1)) / ((1 − α)(K·c + v)). Dashed in Speedup vs K; Measured vs "
+                       "predicted sets the two side by side.")]
+    rows = "".join(f"<dt>{panel.esc(term)}</dt><dd>{panel.esc(text)}</dd>" for term, text in terms if text)
+    return f'<dl class="tdm-glossary">{rows}</dl>'
 
 
 def history_rows(hist: History) -> list[list]:
@@ -164,23 +183,28 @@ def layout(hist: Histories) -> SimpleNamespace:
         run_btn = gr.Button("Run sweep", variant="primary")
         cancel_btn = gr.Button("Cancel", variant="stop")
         drafts_btn = gr.Button("List candidate drafts")
-    status = gr.Markdown("")
-    recommendation = gr.Markdown(recommendation_md(None))
+    status = gr.Markdown("", elem_id="tdm-bench-status")  # the sweep's progress bar is drawn here
+    recommendation = gr.Markdown(recommendation_md(None), elem_id="tdm-bench-recommendation")
     with gr.Row():
         category = gr.Dropdown([], label="Recommendation for", scale=2)
         use_btn = gr.Button("Use this", variant="secondary", scale=1)
     use_status = gr.Markdown("", elem_id="tdm-use-status")
     applied = gr.Number(0, visible=False, elem_id="tdm-applied")
-    with gr.Row():
-        plot_k = gr.Image(label="Speedup vs K (dashed: predicted bound)", type="pil", interactive=False)
-        plot_pos = gr.Image(label="Per-position acceptance", type="pil", interactive=False)
-        plot_mp = gr.Image(label="Measured vs predicted", type="pil", interactive=False)
-    cells = gr.Dataframe(headers=CELL_HEADERS, value=[], label="Cells (best first)", interactive=False)
+    with gr.Row(elem_classes="tdm-plots"):  # two to a row: the legends stay readable (titles are in the images)
+        plot_k = gr.Image(type="pil", interactive=False, show_label=False, elem_id="tdm-plot-k", min_width=420)
+        plot_pos = gr.Image(type="pil", interactive=False, show_label=False, elem_id="tdm-plot-pos", min_width=420)
+    with gr.Row(elem_classes="tdm-plots"):
+        plot_mp = gr.Image(type="pil", interactive=False, show_label=False, elem_id="tdm-plot-mp", min_width=420)
+        with gr.Column(min_width=320):
+            gr.Markdown("#### What the columns mean")
+            gr.HTML(lab_glossary_html(), elem_id="tdm-lab-glossary")
+    cells = gr.Dataframe(headers=CELL_HEADERS, value=[], label="Cells (best first)", interactive=False,
+                         elem_id="tdm-cells")
     with gr.Accordion("Raw result (JSON)", open=False):
         result_json = gr.JSON(label="result")
-    with gr.Accordion("History", open=False):
-        runs = gr.Dataframe(headers=RUN_HEADERS, value=history_rows(hist()), label="Stored runs (newest first)",
-                            interactive=False)
+    with gr.Accordion("History", open=True, elem_id="tdm-history"):
+        runs = gr.Dataframe(headers=RUN_HEADERS, value=lambda: history_rows(hist()),  # read again on every open
+                            label="Stored runs (newest first)", interactive=False, elem_id="tdm-runs")
         with gr.Row():
             run_a = gr.Number(None, label="Run A", precision=0)
             run_b = gr.Number(None, label="Run B (compare)", precision=0)
@@ -215,6 +239,8 @@ def wire(state, v: SimpleNamespace, hist: Histories) -> None:
         return use_this(state, result, cat, n)
 
     outputs = [v.current, v.status, v.recommendation, v.category, v.plot_k, v.plot_pos, v.plot_mp, v.cells, v.runs]
+    v.run_btn.click(lambda: RUNNING, None, [v.recommendation], queue=False, show_progress="hidden",
+                    api_visibility="private")  # "No result yet" goes at once, not when the sweep ends
     v.run_btn.click(on_tune, [v.drafts, v.ks, v.suite, v.max_tokens, v.temperature, v.quick], [v.result_json],
                     api_name="tune", show_progress_on=[v.status], **GEN) \
         .then(on_render, [v.result_json], outputs, api_visibility="private", show_progress="hidden") \

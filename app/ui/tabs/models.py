@@ -7,6 +7,7 @@ and a hardware summary. All logic is in ``app.models``.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,7 +23,7 @@ from app.models.fit import Settings
 from app.models.ggufheader import GGUFError
 from app.models.provision import ensure_model, ensure_pair
 from app.service.state import AppState, backend_name, session_key
-from app.ui.files import FileRefused, allowed_file, model_ref
+from app.ui.files import FileRefused, ImportRefused, importable, model_ref
 
 INSTALLED_COLS = ["id", "architecture", "params", "quant", "context", "vocab", "fingerprint", "source", "path"]
 PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "≈ tok/s here (plain)", "compatible",
@@ -81,7 +82,7 @@ def _installed_rows() -> list[list[Any]]:
 
 def _pair_rows(vram: float | None, ram: float | None, ctx: int, ref=None) -> tuple[list[list[Any]], str, str]:
     machine = hardware.override(hardware.detect(), vram, ram)
-    rows = advice.label_pairs(machine=machine, settings=Settings(ctx=int(ctx or 4096)))
+    rows = advice.label_pairs(machine=machine, settings=Settings(ctx=int(ctx or 4096)), check_installed=True)
     best = advice.recommend(rows)
     speed = {r["pair"]: _speed(r, ref if vram is None and ram is None else None) for r in rows}
     table = [[r["pair"], ", ".join(r["use"]), r["label"],
@@ -109,6 +110,25 @@ def _pypi_choices(cat) -> list[tuple[str, str]]:
     return pairs + models
 
 
+def _hub_choices(cat) -> list[tuple[str, str]]:
+    """(label with the download size where the catalog knows it, id) of the Hub models, smallest first."""
+    models = sorted((m for m in cat.models.values() if m.repo), key=lambda m: (m.size is None, m.size or 0, m.id))
+    return [(f"{m.id} ({f'{m.size / 2**30:.2f} GiB' if m.size else 'size unknown'})", m.id) for m in models]
+
+
+_OPENED: dict[str, Any] = {}
+
+
+def _on_open(state: AppState, part: int):
+    """One output of the catalog table as the page opens (``Estimate`` for this machine, no press needed): the
+    three outputs share one computation, kept for a few seconds."""
+    key = int(time.monotonic() // 10)
+    if _OPENED.get("key") != key:
+        _OPENED["value"] = do_fit(state, DETECT, DETECT, 4096)
+        _OPENED["key"] = key
+    return _OPENED["value"][part]
+
+
 def _pace(tps: float | None) -> str:
     if tps is None:
         return ""
@@ -117,25 +137,30 @@ def _pace(tps: float | None) -> str:
 
 def build(state: AppState) -> None:
     """Build the tab inside an open ``gr.Tab`` context."""
-    wire(state, layout(), {})  # the dict: per browser session, the download in progress
+    wire(state, layout(state), {})  # the dict: per browser session, the download in progress
 
 
-def layout() -> SimpleNamespace:
-    """Place the components; returned by name for ``wire``."""
+def layout(state: AppState) -> SimpleNamespace:
+    """Place the components; returned by name for ``wire``. The tables are filled each time the page opens."""
     cat = load()
-    hub_models = [m.id for m in cat.models.values() if m.repo]
 
     gr.Markdown("### Installed models")
-    installed = gr.Dataframe(headers=INSTALLED_COLS, value=_installed_rows(), interactive=False, wrap=True)
+    installed = gr.Dataframe(headers=INSTALLED_COLS, value=_installed_rows, interactive=False, wrap=True,
+                             elem_id="tdm-installed", elem_classes="tdm-df")
     with gr.Row():
         refresh = gr.Button("Refresh", size="sm")
         model_id = gr.Dropdown(_model_choices(), value=None, label="Installed model (delete / derive)", scale=2,
                                allow_custom_value=True, info="file name (id); an id or a path can be typed too")
         delete = gr.Button("Delete", variant="stop", size="sm")
-    with gr.Row():
-        import_path = gr.Textbox(label="Import a .gguf by path (inside Tandem's data folder)", scale=3)
-        import_file = gr.File(label="…or upload one", file_types=[".gguf"], scale=2)
-        import_btn = gr.Button("Import", size="sm")
+    with gr.Row(equal_height=False):
+        import_path = gr.Textbox(label="Import a .gguf by path", scale=3, elem_id="tdm-import-path",
+                                 info="in your home folder (e.g. ~/Downloads/model.gguf: registered where it is, "
+                                      "not copied) or in Tandem's data folder")
+        import_file = gr.File(label="…or upload one (copied into the data folder)", file_types=[".gguf"], scale=2,
+                              height=140)
+        import_btn = gr.Button("Import", size="sm", elem_id="tdm-import", scale=1, min_width=80)
+    import_status = gr.Textbox(label="Import result", interactive=False, lines=1, max_lines=4,
+                               elem_id="tdm-import-status", placeholder="what Import did, or why it could not")
 
     gr.Markdown("### Catalog pairs on this machine")
     with gr.Row():
@@ -144,10 +169,11 @@ def layout() -> SimpleNamespace:
         ram = gr.Dropdown([DETECT, "4", "8", "16", "32", "64", "128"], value=DETECT, allow_custom_value=True,
                           label="RAM, GiB")
         ctx = gr.Number(label="Context", value=4096, precision=0)
-        fit_btn = gr.Button("Estimate", size="sm")
-    hardware_box = gr.Textbox(label="Hardware", lines=3, interactive=False)
-    recommendation = gr.Textbox(label="Recommendation", interactive=False)
-    pairs = gr.Dataframe(headers=PAIR_COLS, interactive=False, wrap=True)
+        fit_btn = gr.Button("Estimate again", size="sm")
+    hardware_box = gr.Textbox(lambda: _on_open(state, 1), label="Hardware", lines=3, interactive=False)
+    recommendation = gr.Textbox(lambda: _on_open(state, 2), label="Recommendation", interactive=False)
+    pairs = gr.Dataframe(lambda: _on_open(state, 0), headers=PAIR_COLS, interactive=False, wrap=True,
+                         elem_id="tdm-pairs", elem_classes="tdm-df")
 
     gr.Markdown("### Download")
     with gr.Row():
@@ -155,7 +181,8 @@ def layout() -> SimpleNamespace:
                                  "(no Hub account needed)", scale=5)
         get_btn = gr.Button("Get", variant="primary", scale=1)
     with gr.Row():
-        pull_choice = gr.Dropdown(choices=hub_models, label="Catalog model", allow_custom_value=False, scale=2)
+        pull_choice = gr.Dropdown(choices=_hub_choices(cat), value=None, label="Catalog model (download size)",
+                                  allow_custom_value=False, scale=2, elem_id="tdm-pull-choice")
         repo = gr.Textbox(label="…or REPO_ID", scale=2)
         filename = gr.Textbox(label="FILENAME", scale=2)
     with gr.Row():
@@ -174,7 +201,7 @@ def layout() -> SimpleNamespace:
         derive_btn = gr.Button("Derive a draft from the model id above")
     status = gr.Textbox(label="Result", lines=3, interactive=False)
     details = gr.JSON(label="Details")
-    return SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("cat", "hub_models")})
+    return SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("cat", "state")})
 
 
 def wire(state: AppState, v: SimpleNamespace, cancels: dict[str, threading.Event]) -> None:
@@ -201,7 +228,8 @@ def wire(state: AppState, v: SimpleNamespace, cancels: dict[str, threading.Event
     v.fit_btn.click(on_fit, [v.vram, v.ram, v.ctx], [v.pairs, v.hardware_box, v.recommendation],
                     api_name="models_fit")
     v.delete.click(do_delete, v.model_id, [v.status, v.installed], api_name="models_delete")
-    v.import_btn.click(do_import, [v.import_path, v.import_file], [v.status, v.installed], api_name="models_import")
+    v.import_btn.click(do_import, [v.import_path, v.import_file], [v.import_status, v.installed],
+                       api_name="models_import", show_progress_on=[v.import_status])
     v.get_btn.click(on_get, v.get_choice, [v.status, v.installed], api_name="models_get",
                     show_progress_on=[v.status])
     v.pull_btn.click(on_pull, [v.pull_choice, v.repo, v.filename], [v.status, v.installed], api_name="models_pull",
@@ -239,10 +267,13 @@ def do_import(path, upload):
     src = upload if upload else str(path or "").strip()
     if not src:
         return "error: give a path or upload a .gguf", _installed_rows()
-    try:  # only a file in the data folder or an upload: a client cannot probe the server's files
-        rec = library.import_gguf(allowed_file(src), copy=bool(upload))
+    try:  # the data folder, an upload, or a .gguf in the home folder: a client cannot probe other files
+        file, outside = importable(src)
+        rec = library.import_gguf(file, copy=bool(upload))
         msg = f"imported {rec['id']}: {rec['path']}"
-    except (library.LibraryError, FileRefused, OSError) as exc:
+        if outside and not upload:
+            msg += " (registered where it is, not copied: keep the file there; Delete only forgets it)"
+    except (library.LibraryError, FileRefused, ImportRefused, OSError) as exc:
         msg = f"error: {exc}"
     return msg, _installed_rows()
 
