@@ -180,3 +180,24 @@ def test_mtp_sampling_keeps_the_target_distribution(mtp_pair, mtp_fresh):
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     crit = {8: 26.124, 7: 24.322, 5: 20.515, 3: 16.266}.get(len(keys) - 1, 30.0)  # significance 0.001
     assert chi2 < crit, (chi2, counts, expected)
+
+
+def test_mtp_is_a_tune_candidate_and_sweeps(mtp_pair):
+    """The Pair lab offers the MTP head for a target that has one (never for one that has not) and measures it."""
+    from app.lab import tune
+    from app.lab.lab import LabRequest, plan
+
+    cfg = plan(mtp_pair, LabRequest(drafts="lookup,mtp", ks="2", quick=True, max_tokens=16))
+    assert [c.id for c in cfg.candidates] == ["lookup", "mtp"]
+    result = tune.sweep(mtp_pair, cfg)
+    cells = [c for c in result.cells if c["proposer"] == "mtp"]
+    assert cells and cells[0]["acceptance_rate"] is not None and not result.errors
+
+
+def test_mtp_not_offered_without_a_head(mtp_files):
+    from app.lab.lab import LabRequest, plan
+
+    with Pair.load(mtp_files["none"], None, load_options(n_ctx=256)) as bare:
+        assert "mtp" not in [c.id for c in plan(bare, LabRequest(drafts="all", quick=True)).candidates]
+        with pytest.raises(ValueError, match="unknown draft 'mtp'"):
+            plan(bare, LabRequest(drafts="mtp", quick=True))
