@@ -201,3 +201,13 @@ def test_mtp_not_offered_without_a_head(mtp_files):
         assert "mtp" not in [c.id for c in plan(bare, LabRequest(drafts="all", quick=True)).candidates]
         with pytest.raises(ValueError, match="unknown draft 'mtp'"):
             plan(bare, LabRequest(drafts="mtp", quick=True))
+
+
+def test_mtp_compat_check_says_no_draft_is_needed(mtp_files):
+    from app.models import archs, compat
+
+    v = compat.check_pair(str(mtp_files["noisy"]), str(mtp_files["none"]), remember=False)
+    assert v.ok and "no separate draft needed" in v.extra["mtp"]
+    assert any("target (qwen35) has hybrid/recurrent memory" in n for n in v.extra["memory"])
+    assert "mtp" not in compat.check_pair(str(mtp_files["none"]), str(mtp_files["noisy"]), remember=False).extra
+    assert "needs a separate draft" in archs.mtp_note("glm4", 1) and archs.mtp_note("qwen35", 0) is None
