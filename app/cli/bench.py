@@ -10,6 +10,7 @@ from pathlib import Path
 from app import paths
 from app.cli.args import add_gpu_args, fail, k_value, limit, load, reproduce_command
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
+from app.engine.mtp import mtp_reason
 from app.engine.sampling import SamplerSettings
 from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.prompts import PromptFileError, load_prompts
@@ -20,7 +21,7 @@ from app.numfmt import fmt as _f
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark plain vs speculative decoding on a pair")
     p.add_argument("--pair", default=None, help="catalog pair id (default: the catalog's default pair)")
-    p.add_argument("--target", help="a target GGUF file instead of a catalog pair (with --draft, or --proposer lookup)")
+    p.add_argument("--target", help="a target GGUF file instead of a catalog pair (with --draft, or --proposer lookup|mtp)")
     p.add_argument("--draft", help="the draft GGUF file that goes with --target")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
     p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             fail("no such file: " + ", ".join(missing))
         if draft is None and args.proposer == "draft":
-            fail("--target needs --draft (or --proposer lookup)")
+            fail("--target needs --draft (or --proposer lookup, or mtp for a target with an MTP head)")
         pair_id = None
     else:
         entry, target, draft = ensure_pair(args.pair)
@@ -86,19 +87,24 @@ def run(args: argparse.Namespace) -> int:
         local, _ = load(target, draft if args.proposer == "draft" else None,
                              argparse.Namespace(**dict(vars(args), rpc=(), gpu_layers="auto")), "bench local")
     with pair:
+        if args.proposer == "mtp" and not pair.has_mtp:
+            fail(f"--proposer mtp: {target.name}: {mtp_reason(pair.target)}")
         try:
             result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats, reference=args.reference,
                                                           local=local), progress=_progress)
         finally:
             if local is not None:
                 local.close()
+        notices = [n for m in (pair.target, pair.draft) if m is not None for n in [m.memory_notice()] if n]
     command = reproduce_command(sys.argv)
     print(file=sys.stderr)
     print(format_table(result))
     for skip in result.skipped:
         print(f"skipped: prompt {skip['id']}: {skip['error']}")
+    for notice in notices:  # hybrid memory: why a sequence was decoded again (once per model)
+        print(f"memory: {notice}")
     if args.json_out:
-        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command)
+        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command, memory_notices=notices)
         Path(args.json_out).write_text(json.dumps(out, indent=2))
         print(f"[bench] wrote {args.json_out}")
     print(f"[bench] reproduce: {command}")

@@ -162,6 +162,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  warning: {v.extra['warning']}")
         for note in v.extra.get("memory", ()):
             print(f"  memory: {note}")
+        if v.extra.get("mtp"):
+            print(f"  mtp: {v.extra['mtp']}")
     return 0 if v.ok else 1
 
 

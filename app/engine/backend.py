@@ -16,13 +16,12 @@ from typing import Optional, Sequence
 import llama_cpp as L
 import numpy as np
 
-from app.engine import chunking
+from app.engine import chunking, nextn
 from app.engine.errors import TandemError
 from app.engine.llamalog import quiet_logs, recorded_log
 from app.engine.memory import DEFAULT_RS_SNAPSHOTS, RecurrentMemory, recurrent_rollback
 from app.engine.placement import Placement, parse as parse_placement
 from app.engine.vocab import VOCAB_TYPES, VocabInfo
-
 
 
 class BackendError(TandemError, RuntimeError):
@@ -62,6 +61,7 @@ class LoadOptions:
     rpc: tuple[str, ...] = ()  # RPC workers (host:port) to split the model over (see split.py)
     tensor_split: tuple[float, ...] = ()  # share of the offloaded layers per device, llama.cpp's order
     rs_snapshots: int = DEFAULT_RS_SNAPSHOTS  # recurrent-state snapshots for rollback (archs that have them)
+    load_mtp: bool = True  # load the MTP (NextN) layers a GGUF carries, and keep the rows they draft from
 
 
 def default_threads() -> int:
@@ -77,6 +77,7 @@ class Model:
     """A loaded GGUF with its own context holding one sequence (id 0)."""
 
     _rs: Optional[RecurrentMemory] = None  # recurrent memory's book-keeping (None: a KV cache, or a split target)
+    hidden: Optional[nextn.HiddenRows] = None  # the rows an MTP head drafts from (None: no MTP head to feed)
 
     def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
         quiet_logs()
@@ -105,11 +106,13 @@ class Model:
         self.rollback_limit = min(self.n_rs_seq, self.n_batch - 1) if self.recurrent else None
         self._rs = RecurrentMemory(self.ctx, self.n_rs_seq) if self.recurrent else None
         self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
+        self.hidden = nextn.tap(self.model, self.ctx, self.meta("general.architecture"), options.load_mtp)
 
     def _load(self, options: LoadOptions) -> None:
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
         mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE
+        mparams.load_mtp = options.load_mtp
         if options.tensor_split:
             self._split = (ctypes.c_float * L.llama_max_devices())(*options.tensor_split[:L.llama_max_devices()])
             mparams.tensor_split = self._split
@@ -120,8 +123,7 @@ class Model:
         cparams.n_batch = cparams.n_ubatch = options.n_batch
         cparams.n_seq_max = 1
         cparams.n_rs_seq = max(0, options.rs_snapshots)  # llama.cpp clamps it to 0 where the arch has none
-        threads = options.n_threads or default_threads()
-        cparams.n_threads = cparams.n_threads_batch = self.n_threads = threads
+        cparams.n_threads = cparams.n_threads_batch = self.n_threads = options.n_threads or default_threads()
         cparams.no_perf = True
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
@@ -173,6 +175,8 @@ class Model:
         if rc != 0:
             raise BackendError(f"llama_decode failed with code {rc} ({'no KV slot' if rc == 1 else 'error'})")
         self.cached.extend(tokens)
+        if self.hidden is not None:
+            self.hidden.record(n_past, n)
         if self._rs is not None:
             self._rs.decoded(n)
         if not rows:

@@ -34,7 +34,7 @@ from app.engine.text import Utf8Stream
 from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
 
 RULES = ("rejection", "match", "coupled")  # verification rules at T > 0 (coupled: seeds hold, coupled.py)
-PROPOSERS = ("draft", "lookup")  # who drafts: the draft model, or prompt lookup
+PROPOSERS = ("draft", "lookup", "mtp")  # who drafts: the draft model, prompt lookup, or the target's MTP head
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
 DEFAULT_K_MAX = 16
@@ -46,7 +46,7 @@ class GenConfig:
     max_tokens: int = 256
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     speculative: bool = True
-    proposer: str = "draft"  # "draft" or "lookup"
+    proposer: str = "draft"  # "draft", "lookup" or "mtp"
     k: Union[int, str] = "auto"  # a fixed draft length, or "auto"
     k_max: int = DEFAULT_K_MAX  # ceiling for auto
     p_min: float = DEFAULT_P_MIN  # auto: stop drafting below this draft confidence

@@ -16,6 +16,7 @@ from app.engine.chunking import Cancel
 from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
+from app.engine.mtp import MtpHead, MtpProposer, mtp_reason
 from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
 from app.engine.text import TemplateError, message_pieces, render_chat
 
@@ -24,6 +25,7 @@ class Pair:
     def __init__(self, target: Model, draft: Optional[Model] = None):
         self.target = target
         self.draft: Optional[Model] = None
+        self._mtp: Optional[MtpHead] = None  # the target's own MTP head, made when first asked for
         self._target_vocab = target.vocab_info()
         self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
         if draft is not None:
@@ -74,10 +76,23 @@ class Pair:
             return None
         if cfg.proposer == "lookup":
             return PromptLookupProposer()
+        p_min = cfg.p_min if cfg.k == "auto" else 0.0
+        if cfg.proposer == "mtp":
+            return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        p_min = cfg.p_min if cfg.k == "auto" else 0.0
         return DraftModelProposer(self.draft, p_min=p_min)
+
+    def mtp_head(self) -> MtpHead:
+        """The target's MTP head (its own context, made once); MtpUnavailable says why there is none."""
+        if self._mtp is None:
+            self._mtp = MtpHead(self.target)
+        return self._mtp
+
+    @property
+    def has_mtp(self) -> bool:
+        """Whether the target can draft for itself (an MTP head this llama.cpp runs, loaded)."""
+        return mtp_reason(self.target) is None
 
     def draft_length(self, cfg: GenConfig) -> Optional[DraftLength]:
         """The auto-K controller for ``cfg``'s proposer, kept across generations so that what it measured
@@ -153,8 +168,13 @@ class Pair:
         self.target.reset()
         if self.draft is not None:
             self.draft.reset()
+        if self._mtp is not None:
+            self._mtp.reset()
 
     def close(self) -> None:
+        if self._mtp is not None:
+            self._mtp.close()
+            self._mtp = None
         self.target.close()
         if self.draft is not None:
             self.draft.close()
@@ -173,4 +193,4 @@ def draft_options_for(target: Model, draft: Optional[Model] = None) -> LoadOptio
     the GPU before the target does."""
     ref = (draft or target).options.n_gpu_layers
     return LoadOptions(n_ctx=target.n_ctx, n_gpu_layers=0 if ref == 0 else -1, n_threads=target.options.n_threads,
-                       n_batch=target.options.n_batch)
+                       n_batch=target.options.n_batch, load_mtp=False)  # a draft's own MTP layers go unused

@@ -96,8 +96,9 @@ def discover(pair: Pair, on_skip: Optional[Callable[[str, str], None]] = None) -
 def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], None]] = None) -> tune.TuneConfig:
     """Turn a request into a sweep configuration (raises ValueError / PromptFileError on bad input).
 
-    ``--quick`` (without explicit choices): the pair's own draft and prompt lookup, K in 2, 4, 8, two prompts
-    of 32 tokens. The full sweep: every installed compatible draft and prompt lookup, K in 1–4, 6, 8, auto,
+    ``--quick`` (without explicit choices): the pair's own draft and prompt lookup (and the target's MTP head
+    where it has one), K in 2, 4, 8, two prompts of 32 tokens. The full sweep: every installed compatible
+    draft, prompt lookup and the MTP head, K in 1–4, 6, 8, auto,
     the whole suite at 128 tokens."""
     limits.check_settings({"max_tokens": req.max_tokens, "temperature": req.temperature, "repeats": req.repeats,
                            "seed": req.seed})
@@ -112,13 +113,14 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     ks = tune.parse_ks(req.ks) if req.ks else list(tune.QUICK_KS if req.quick else tune.FULL_KS)
     own = [tune.Candidate.model(pair.draft.path)] if pair.draft is not None else []
     names = {s.strip() for s in (req.drafts or "all").split(",") if s.strip()}
-    own_names = {"lookup"} | {c.id for c in own} | {Path(c.path).name for c in own}
+    free = [tune.LOOKUP] + ([tune.MTP] if pair.has_mtp else [])  # no model to load: prompt lookup, MTP head
+    own_names = {"lookup", "mtp"} | {c.id for c in own} | {Path(c.path).name for c in own}
     if (req.quick and names <= {"all"}) or (names and names <= own_names):
-        pool = own + [tune.LOOKUP]  # no need to open every installed model
+        pool = own + free  # no need to open every installed model
     else:
         found = discover(pair, on_skip)
         known = {str(Path(c.path).resolve()) for c in found}
-        pool = found + [c for c in own if str(Path(c.path).resolve()) not in known] + [tune.LOOKUP]
+        pool = found + [c for c in own if str(Path(c.path).resolve()) not in known] + free
     candidates = tune.select(pool, req.drafts or "all")
     if not candidates:
         raise ValueError("no candidate drafts")

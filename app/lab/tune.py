@@ -41,7 +41,8 @@ Progress = Callable[[int, int, str, Optional[float]], None]  # done, total, what
 
 @dataclass(frozen=True)
 class Candidate:
-    """Something that drafts: a GGUF model (``path``) or prompt lookup (``proposer="lookup"``)."""
+    """Something that drafts: a GGUF model (``path``), prompt lookup (``proposer="lookup"``) or the target's
+    MTP head (``proposer="mtp"``)."""
     id: str
     proposer: str = "draft"
     path: Optional[str] = None
@@ -52,6 +53,7 @@ class Candidate:
 
 
 LOOKUP = Candidate("lookup", "lookup", None)
+MTP = Candidate("mtp", "mtp", None)  # the target's own MTP head (targets that carry one)
 
 
 def parse_ks(text: str) -> list:
@@ -305,9 +307,9 @@ class _DraftSlot:
 
 
 def order_candidates(pair: Pair, candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The pair's loaded draft first (no reload), then lookup, then the others."""
+    """The pair's loaded draft first (no reload), then lookup and MTP, then the others."""
     loaded = str(Path(pair.draft.path).resolve()) if pair.draft is not None else None
-    key = lambda c: (0 if c.path and str(Path(c.path).resolve()) == loaded else 1 if c.proposer == "lookup" else 2)  # noqa: E731
+    key = lambda c: (0 if c.path and str(Path(c.path).resolve()) == loaded else 1 if c.proposer in ("lookup", "mtp") else 2)  # noqa: E731
     return sorted(candidates, key=key)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
+from app.engine.nextn import MTP_ARCHS
+
 # recurrent or hybrid memory whose state llama.cpp snapshots for partial rollback (n_rs_seq)
 ROLLBACK = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
                       "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"})
@@ -46,3 +48,14 @@ def memory_note(arch: str, role: str) -> Optional[str]:
                     "speculation is refused for it (plain decoding works)")
         return f"the draft ({arch}) has recurrent memory: it drafts with state checkpoints (a small copy per step)"
     return None
+
+
+def mtp_note(arch: str, nextn_layers: int) -> Optional[str]:
+    """One sentence about a target's MTP (NextN) head, or None when it has none."""
+    if nextn_layers <= 0:
+        return None
+    if arch not in MTP_ARCHS:
+        return (f"the target ({arch}) carries {nextn_layers} MTP layer(s), but this llama.cpp builds no MTP graph "
+                "for its architecture: it needs a separate draft")
+    return (f"the target ({arch}) carries {nextn_layers} MTP layer(s): it can draft for itself (proposer \"mtp\", "
+            "\"MTP (built into the target)\"), no separate draft needed")

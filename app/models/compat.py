@@ -98,6 +98,9 @@ def check_pair(target: str, draft: str, cat: Optional[Catalog] = None, remember:
     notes = [n for n in (archs.memory_note(tm.architecture, "target"), archs.memory_note(dm.architecture, "draft")) if n]
     if notes:
         out.extra["memory"] = notes
+    mtp = archs.mtp_note(tm.architecture, tm.nextn_layers)
+    if mtp:
+        out.extra["mtp"] = mtp
     if remember:
         library.remember_pair(ts.id, ds.id, verdict.ok, verdict.reason,
                               fingerprints=[tm.vocab_fingerprint, dm.vocab_fingerprint])

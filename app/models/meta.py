@@ -102,6 +102,7 @@ class ModelMeta:
     swa_layers: int  # layers using the sliding window (the rest are global)
     file_size: int
     weights_bytes: int  # tensor data
+    nextn_layers: int = 0  # MTP (NextN) blocks after the trunk (block_count includes them)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,7 +139,7 @@ def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None
         context_length=num("context_length"), n_vocab=vocab.n_vocab, vocab_fingerprint=vocab.fingerprint(),
         vocab_type=vocab.vocab_type, n_layers=n_layers, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
         head_dim_k=head_k, head_dim_v=head_v, sliding_window=window, swa_layers=swa, file_size=file_size,
-        weights_bytes=sum(t.n_bytes for t in header.tensors),
+        weights_bytes=sum(t.n_bytes for t in header.tensors), nextn_layers=num("nextn_predict_layers"),
     )
 
 

@@ -42,6 +42,10 @@ class Run:
         self.live: Optional[Live] = None
         self.ttft: Optional[float] = None
         self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
+        if state.pair is not None and self.cfg.proposer == "mtp":
+            self.draft_model = f"{state.pair.target.path.name} (MTP head)"
+        self.target = state.pair.target if state.pair is not None else None  # for its memory notice
+        self.notice_before = self.target.memory_notice() if self.target is not None else None
         self.parser = ToolCallParser(tool_style) if tool_style is not None else None
         self.reply: Optional[ParsedReply] = None
         self.lp_sent = 0  # logprobs already streamed
@@ -180,10 +184,14 @@ class Run:
         summary = live.summary() if live else Summary()
         n = self.completion_tokens
         prompt_s = (live.decode_start - live.started) if live and live.decode_start and live.started else 0.0
+        stats = F.lmstudio_stats(summary, speculative=self.cfg.speculative, draft_model=self.draft_model,
+                                 completion_tokens=n, ttft=self.ttft, reason=self.reason)
+        notice = self.target.memory_notice() if self.target is not None else None
+        if notice and notice != self.notice_before:  # hybrid memory: why it was decoded again (said once)
+            stats["memory_notice"] = notice
         return {
             "usage": F.usage(self.prompt_tokens, n),
-            "stats": F.lmstudio_stats(summary, speculative=self.cfg.speculative, draft_model=self.draft_model,
-                                      completion_tokens=n, ttft=self.ttft, reason=self.reason),
+            "stats": stats,
             "timings": F.llamacpp_timings(summary, prompt_tokens=self.prompt_tokens, prompt_s=max(prompt_s, 0.0),
                                           completion_tokens=n, cached=(live.cached or 0) if live else 0),
         }

@@ -100,7 +100,8 @@ def make_faster(state: AppState, say: Optional[Say] = None, cancel: Optional[thr
                  f"{len(cfg.prompts)} prompts of {cfg.max_tokens} tokens): best was {recommendation_line(rec)}.")
     lines.append(use_draft(state, settings).strip())
     if settings["speculative"]:
-        lines.append(f"Chat now uses {'prompt lookup' if settings['proposer'] == 'lookup' else 'that draft'} "
+        who = {"lookup": "prompt lookup", "mtp": "the target's MTP head"}.get(settings["proposer"], "that draft")
+        lines.append(f"Chat now uses {who} "
                      f"with K = {settings['k']}. Not saved as a default: run a full sweep in the Benchmark tab, "
                      "or press Use this there, to keep it.")
     else:

@@ -51,6 +51,9 @@ def build_app(state: AppState) -> gr.Blocks:
                 tuned = bench.build(state)
         pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False,
                          show_progress="hidden")
+        pair_loaded.then(lambda: [*chat_ctrl.choices(state), *compare_ctrl.choices(state)], None,  # MTP or not
+                         [*chat_ctrl.components, *compare_ctrl.components], api_visibility="private", queue=False,
+                         show_progress="hidden")
         if tuned is not None:  # "Use this" or a full sweep changed the defaults: the open Chat and Compare follow
             tuned.change(lambda: [*chat_ctrl.tuned(state), *compare_ctrl.tuned(state)], None,
                          [*chat_ctrl.components, *compare_ctrl.components], api_visibility="private", queue=False,

@@ -41,6 +41,12 @@ class Controls:
         d = S.defaults(state.defaults)
         return [gr.update(value=_shown(name, d[name])) for name in self.names]
 
+    def choices(self, state: AppState) -> list:
+        """Updates after a pair loads: the proposer's choices (MTP only where the target carries a head)."""
+        offered = proposer_choices(state)
+        value = _offered(S.defaults(state.defaults)["proposer"], offered)
+        return [gr.update(choices=offered, value=value) if name == "proposer" else gr.update() for name in self.names]
+
     def tuned(self, state: AppState) -> list:
         """Updates for the settings the Pair lab tunes (after "Use this"), from the current defaults."""
         d = S.defaults(state.defaults)
@@ -50,6 +56,20 @@ class Controls:
         """Updates that set only the controls named in ``settings`` (e.g. a tuned K), leaving the rest."""
         return [gr.update(value=_shown(name, settings[name])) if name in settings else gr.update()
                 for name in self.names]
+
+
+def proposer_choices(state: AppState) -> list[tuple[str, str]]:
+    """Who may draft for the loaded pair: "MTP (built into the target)" only when its target has an MTP head."""
+    choices = [("draft model", "draft"), ("prompt lookup", "lookup")]
+    pair = state.pair
+    if pair is not None and pair.has_mtp:
+        choices.append(("MTP (built into the target)", "mtp"))
+    return choices
+
+
+def _offered(proposer: str, offered: list[tuple[str, str]]) -> str:
+    """``proposer`` if it is offered for this pair, else the draft model."""
+    return proposer if any(v == proposer for _, v in offered) else "draft"
 
 
 def _shown(name: str, value: Any) -> Any:
@@ -71,8 +91,9 @@ def build(state: AppState, prefix: str, speculation_switch: bool = True, system_
                 info="Off: plain decoding with the target only (same sampler, same output at temperature 0)."))
         with gr.Row():
             c.add("proposer", gr.Radio(
-                choices=[("draft model", "draft"), ("prompt lookup", "lookup")], value=d["proposer"],
-                label="Proposer", info="Who drafts: the small draft model, or n-gram lookup in the prompt."))
+                choices=proposer_choices(state), value=_offered(d["proposer"], proposer_choices(state)), label="Proposer",
+                info="Who drafts: the small draft model, n-gram lookup in the prompt, or the target's own MTP "
+                     "head (targets that carry one)."))
             c.add("k", gr.Dropdown(
                 choices=K_CHOICES, value=str(d["k"]), label="K (draft length)", allow_custom_value=False,
                 info="Tokens drafted per target pass; auto adapts K to recent acceptance."))

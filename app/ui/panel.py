@@ -155,7 +155,7 @@ def reply_line(summary: Summary, speculative: bool, proposer: str = "draft", k: 
     n, tps = summary.tokens, summary.tokens_per_s
     if not speculative:
         return f"plain decoding: {n} tokens in {summary.t_total:.1f} s · {tps:.1f} tok/s"
-    who = "prompt lookup" if proposer == "lookup" else "draft"
+    who = {"lookup": "prompt lookup", "mtp": "MTP head"}.get(proposer, "draft")
     parts = [f"{who} ({k_label(k, summary.mean_k)}): {summary.accepted} of {summary.drafted} accepted",
              f"{summary.steps} target passes for {n} tokens", f"{tps:.1f} tok/s"]
     if saved is not None and saved_kind:
