@@ -60,8 +60,9 @@ def reply_counters(state: AppState, last: dict) -> tuple[str, dict | None]:
     summary, spec = last["summary"], last["speculative"]
     claim = speedup.choose(summary, spec, last.get("plain"), state.baseline())
     notes = []
+    measured = claim is not None and claim["kind"] == "measured"  # then it is the one speedup shown
     ref = speedup.last_compare(state.recent, speedup.signature(state.baseline_key(), state.draft_path,
-                                                               last["resolved"])) if spec else None
+                                                               last["resolved"])) if spec and not measured else None
     if ref and ref.get("speedup"):
         notes.append(f"Compare with these settings measured {ref['speedup']:.2f}× "
                      f"{speedup.age(time.time() - ref['at'])} on “{str(ref.get('prompt', ''))[:40]}”.")
