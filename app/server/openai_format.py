@@ -105,6 +105,9 @@ def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional
             target_passes=int(summary.steps),
             emitted_tokens=int(summary.tokens),
             per_position_acceptance=list(summary.per_position),
+            # auto K's pauses: target passes that drafted nothing because drafting would not have paid, and why
+            paused_target_passes=int(summary.paused_steps),
+            paused_reason=summary.limit,
         )
     return out
 

@@ -104,6 +104,8 @@ def chat_payload(live: Live, status: str = RunStatus.DONE) -> dict:
         "bound": s.bound if live.speculative else None,
         "baseline_tps": live.baseline_tps,
         "per_position": list(s.per_position),
+        "paused_steps": s.paused_steps if live.speculative else None,  # target passes auto K drafted nothing
+        "paused_reason": s.limit if live.speculative else None,  # why, in words (None while it drafted)
         "n_tokens": len(live.tokens),
         "reason": live.done.reason if live.done else None,
         "status": status,
@@ -125,8 +127,12 @@ def compare_payload(plain: Live, spec: Live, resolved: dict, order: str, prompt:
         "identical": identical if complete else None,
         "first_difference": None if identical or not complete else first_difference(plain_ids, spec_ids),
         "speedup": s_tps / p_tps if p_tps and s_tps else None,
-        "acceptance_rate": ss.acceptance_rate,
+        "acceptance_rate": ss.acceptance_rate if ss.drafted else None,  # nothing drafted: no acceptance to show
         "mean_accepted": ss.mean_accepted,
+        "drafted": ss.drafted,
+        "steps": ss.steps,
+        "paused_steps": ss.paused_steps,  # target passes of the speculative run where auto K drafted nothing
+        "paused_reason": ss.limit,  # why, in words
         "plain_tps": p_tps,
         "spec_tps": s_tps,
         "plain_tokens": plain.as_tokens(),

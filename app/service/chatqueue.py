@@ -117,3 +117,22 @@ class Sessions:
             s.pending.clear()
             s.history = []
             s.epoch += 1
+
+
+class Notes:
+    """Per session: the status the reply loop showed last (what Stop answers with, so no late "Stopping…" can
+    be left on screen) and the reply a Regenerate replaces (to say why it came back the same)."""
+
+    LIMIT = MAX_SESSIONS * 2
+
+    def __init__(self) -> None:
+        self.status: dict[str, str] = {}
+        self.replaced: dict[str, str] = {}
+
+    def said(self, key: str, text: Any) -> None:
+        """Remember ``text`` (a status; anything else, e.g. "no change", is ignored) as the session's latest."""
+        if isinstance(text, str):
+            self.status.pop(key, None)
+            self.status[key] = text
+            while len(self.status) > self.LIMIT:
+                self.status.pop(next(iter(self.status)))

@@ -18,11 +18,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and privat
 import gradio as gr  # noqa: E402
 
 from app.engine.rpc import LOOPBACK  # noqa: E402
+from app.service import settings as S  # noqa: E402
 from app.service.loading import app_state, say, startup_pair  # noqa: E402
 from app.service.ports import free_port  # noqa: E402
 from app.service.state import AppState, backend_name, session_key  # noqa: E402
 from app.ui import api, panel  # noqa: E402
-from app.ui.controls import GEN  # noqa: E402
+from app.ui.controls import GEN, Controls, problem, summary_html  # noqa: E402
 from app.ui.tabs import bench, chat, compare, models, pair  # noqa: E402
 
 SHUTDOWN_GRACE_S = 1.0  # after SIGTERM / SIGINT: time for queued requests' 503 and streams' last chunks
@@ -38,47 +39,84 @@ def build_app(state: AppState) -> gr.Blocks:
     with gr.Blocks(title="Tandem — speculative decoding", analytics_enabled=False) as demo:
         _api_endpoints(state)  # first, so /chat and /compare keep their names whatever the tabs call their handlers
         header = gr.HTML(_header(state), elem_id="tdm-header")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Chat", id="chat"):
-                chat_ctrl = chat.build(state)
+                chat_layout = chat.layout(state)
             with gr.Tab("Compare", id="compare"):
-                compare_ctrl = compare.build(state)
+                compare_layout = compare.layout(state)
             with gr.Tab("Pair settings", id="pair"):
-                pair_info, pair_loaded = pair.build(state)
+                pair_info, pair_loaded, pair_view = pair.build(state)
             with gr.Tab("Models", id="models"):
                 models.build(state)
             with gr.Tab("Benchmark", id="bench"):
                 tuned = bench.build(state)
+        gen = pair_view.gen  # the one set of generation settings: Chat and Compare read it
+        chat_view = chat.build(state, gen, chat_layout)
+        compare_view = compare.build(state, gen, compare_layout)
+        _wire_settings(gen, pair_view.gen_status, [chat_view.settings_line, compare_view.settings_line],
+                       [chat_view.goto, compare_view.goto], tabs)
         pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False,
                          show_progress="hidden")
-        pair_loaded.then(lambda: [*chat_ctrl.choices(state), *compare_ctrl.choices(state)], None,  # MTP or not
-                         [*chat_ctrl.components, *compare_ctrl.components], api_visibility="private", queue=False,
-                         show_progress="hidden")
+        pair_loaded.then(lambda: gen.choices(state), None, gen.components,  # MTP offered or not
+                         api_visibility="private", queue=False, show_progress="hidden")
+        local = chat_view.local + compare_view.local
         if tuned is not None:  # "Use this" or a full sweep changed the defaults: the open Chat and Compare follow
-            tuned.change(lambda: [*chat_ctrl.tuned(state), *compare_ctrl.tuned(state)], None,
-                         [*chat_ctrl.components, *compare_ctrl.components], api_visibility="private", queue=False,
-                         show_progress="hidden")
+            tuned.change(lambda: (local + gen).tuned(state), None, (local + gen).components,
+                         api_visibility="private", queue=False, show_progress="hidden")
 
-        def on_load():
-            return [_header(state), pair.info_html(state), *chat_ctrl.refresh(state),
-                    *compare_ctrl.refresh(state)]
+        def on_load(request: gr.Request, data):
+            line = summary_html(S.defaults(state.defaults))
+            return [_header(state), pair.info_html(state), *(local + gen).refresh(state), chat.idle_counters(state),
+                    chat.restore(state, chat_view.sessions, request, data), line, line]
 
-        demo.load(on_load, None, [header, pair_info, *chat_ctrl.components, *compare_ctrl.components],
+        demo.load(on_load, [chat_view.saved],
+                  [header, pair_info, *(local + gen).components, chat_view.counters, chat_view.conversation,
+                   chat_view.settings_line, compare_view.settings_line],
                   api_visibility="private", queue=False, show_progress="hidden")
     return demo
+
+
+def _wire_settings(gen: Controls, status: Any, lines: list, gotos: list, tabs: gr.Tabs) -> None:
+    """Any change of the shared settings: checked at once (the range named where a value is out of it) and
+    shown read-only in Chat and Compare, whose buttons lead to them."""
+    def check(*values):
+        settings = gen.to_dict(values)
+        wrong = problem(settings)
+        return [panel.status_html(wrong, "error") if wrong else "", *[summary_html(settings)] * len(lines)]
+
+    for component in gen.components:
+        component.change(check, gen.components, [status, *lines], api_visibility="private", queue=False,
+                         show_progress="hidden")
+    for button in gotos:
+        button.click(lambda: gr.Tabs(selected="pair"), None, [tabs], api_visibility="private", queue=False)
 
 
 def _header(state: AppState) -> str:
     info = state.describe_pair()
     if info["loaded"]:
         t, d = info["target"], info.get("draft")
-        pair = f"{t['file']} ← {d['file']}" if d else f"{t['file']} (no draft)"
+        pair = f"target {_model_name(t)} · " + (f"draft {_model_name(d)}" if d else "no draft (prompt lookup only)")
     else:
         pair = "no pair loaded"
-    return (f'<div style="display:flex;justify-content:space-between;align-items:baseline;gap:12px">'
+    return (f'<div style="display:flex;justify-content:space-between;align-items:baseline;gap:12px;flex-wrap:wrap">'
             f'<div><span style="font-size:20px;font-weight:700">Tandem</span> '
             f'<span class="tdm-muted">speculative decoding, locally</span></div>'
-            f'<div class="tdm-muted">{panel.esc(pair)} · {panel.esc(backend_name())}</div></div>')
+            f'<div class="tdm-muted" title="{panel.esc(_files(info))}">{panel.esc(pair)} · '
+            f'{panel.esc(backend_name())}</div></div>')
+
+
+def _model_name(facts: dict) -> str:
+    """'SmolLM2-135M-Instruct F32' from 'SmolLM2-135M-Instruct.F32.gguf' (the file name, less its extension)."""
+    name = facts["file"].removesuffix(".gguf")
+    stem, dot, quant = name.rpartition(".")
+    return f"{stem} {quant}" if dot and stem else name
+
+
+def _files(info: dict) -> str:
+    if not info["loaded"]:
+        return ""
+    d = info.get("draft")
+    return f"target file {info['target']['file']}" + (f", draft file {d['file']}" if d else "")
 
 
 def _raw_text(label: str) -> gr.Textbox:

@@ -130,10 +130,9 @@ def counters_html(summary: Summary, speculative: bool, claim: Optional[dict] = N
             if claim:
                 items.append(_claim_stat(claim))
             lines.append(claim_note(claim))
-        paused = summary.paused_steps
-        if paused:
-            why = f": {summary.limit}" if summary.limit else ""
-            lines.append(f"Speculation paused (K = 0) for {paused} of {summary.steps} target passes{why}")
+        pause = pause_line(summary)
+        if pause:
+            lines.append(pause)
     else:
         lines.append("Speculation is off: plain decoding with the target alone, so there is no speedup to show.")
     lines += list(notes)
@@ -142,6 +141,21 @@ def counters_html(summary: Summary, speculative: bool, claim: Optional[dict] = N
     if speculative:
         out += bars_html(summary.per_position)
     return out
+
+
+def pause_line(summary: Summary) -> Optional[str]:
+    """When and why the draft was paused (Chat and Compare say the same), or that nothing was drafted; None
+    when every target pass drafted."""
+    paused, steps = summary.paused_steps, summary.steps
+    why = f": {summary.limit}" if summary.limit else ""
+    if steps and not summary.drafted:
+        if paused >= steps:
+            return (f"Nothing was drafted: auto K paused speculation (K = 0) on all {steps} target passes{why}. "
+                    f"Every token came from a plain target step.")
+        return "Nothing was drafted: the proposer found nothing to propose. Every token came from a plain target step."
+    if paused:
+        return f"Speculation paused (K = 0) for {paused} of {steps} target passes{why}"
+    return None
 
 
 def k_label(k: object, mean_k: Optional[float] = None) -> str:
@@ -175,15 +189,19 @@ def reason_text(reason: Optional[str]) -> str:
     return texts.get(reason or "", reason or "")
 
 
-def compare_row_html(result: dict) -> str:
+def compare_row_html(result: dict, spec: Optional[Summary] = None) -> str:
+    """Compare's result row; ``spec`` (the speculative run's figures) adds when and why the draft was paused."""
+    drafted = spec is None or spec.drafted > 0
     items = [
         _stat("plain tok/s", _fmt(result.get("plain_tps"), ".1f")),
         _stat("speculative tok/s", _fmt(result.get("spec_tps"), ".1f")),
-        _stat("speedup, measured", _fmt(result.get("speedup"), ".2f", "×"), "speculative tok/s ÷ plain tok/s",
-              "tdm-good" if (result.get("speedup") or 0) >= 1 else "tdm-bad"),
-        _stat("acceptance", _fmt(result.get("acceptance_rate"), ".0%")),
+        _stat("speedup, measured" if drafted else "ratio, nothing drafted", _fmt(result.get("speedup"), ".2f", "×"),
+              "speculative tok/s ÷ plain tok/s" + ("" if drafted else ": both runs decoded plainly"),
+              ("tdm-good" if (result.get("speedup") or 0) >= 1 else "tdm-bad") if drafted else ""),
+        _stat("acceptance", _fmt(result.get("acceptance_rate"), ".0%") if drafted else "–"),
         _stat("tokens / pass", _fmt(result.get("mean_accepted"), ".2f")),
     ]
+    pause = pause_line(spec) if spec is not None else None
     if result.get("identical") is True:
         badge = '<span class="tdm-badge tdm-badge-ok">✓ identical output</span>'
     elif result.get("identical") is False and result.get("first_difference") is not None:
@@ -192,7 +210,8 @@ def compare_row_html(result: dict) -> str:
     else:
         badge = '<span class="tdm-badge">sampled (T &gt; 0): outputs are not expected to match</span>'
     order = esc(result.get("order", ""))
-    return (f'<div class="tdm-stats">{"".join(items)}</div><div class="tdm-row">{badge}'
+    note = f'<div class="tdm-note tdm-pause">{esc(pause)}</div>' if pause else ""
+    return (f'<div class="tdm-stats">{"".join(items)}</div>{note}<div class="tdm-row">{badge}'
             f'<span class="tdm-muted">order: {order}</span></div>')
 
 

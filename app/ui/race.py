@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from app.engine.events import TokenKind
 from app.ui.panel import esc, reason_text, status_html
-from app.ui.reply import compact, span, spans_html
+from app.ui.reply import compact, markdown_box
 
 
 def side_html(title: str, live) -> str:
@@ -21,8 +22,8 @@ def side_html(title: str, live) -> str:
              "running" if live.running else "queued")
     head = (f'<div class="tdm-side-head"><b>{esc(title)}</b><span class="tdm-timer">{live.elapsed:.1f} s · '
             f'{len(live.tokens)} tok · {tps:.1f} tok/s · {esc(state)}</span></div>')
-    body = spans_html(compact(live.tokens, live.draft_texts), cursor=live.running,
-                      empty="waiting…" if not live.started else "")
+    body = markdown_box(compact(live.tokens, live.draft_texts), cursor=live.running,
+                        empty="waiting…" if not live.started else "")
     err = status_html(live.error, "error") if live.error else ""
     return f'<div class="tdm-side">{head}{body}{err}</div>'
 
@@ -41,9 +42,8 @@ def _duration(live) -> float:
 def _lane(title: str, live, other: float, nonce: int) -> str:
     total = _duration(live)
     toks = compact(live.tokens, live.draft_texts)
-    body = "".join(
-        span(toks, i, esc(t["t"]), f' style="animation-delay:{max(at - live.started, 0.0) * 1000:.0f}ms"')
-        for i, (t, at) in enumerate(zip(toks, live.times)) if t["t"])
+    delays = [f' style="animation-delay:{max(at - live.started, 0.0) * 1000:.0f}ms"' for at in live.times]
+    body = markdown_box(toks, extra=lambda i: delays[i] if i < len(delays) else "")
     first = total <= other
     finish = (f"finished first · {secs(other - total)} s sooner" if first and other > total else
               f"finished {secs(total - other)} s later" if not first else "finished at the same time")
@@ -53,7 +53,7 @@ def _lane(title: str, live, other: float, nonce: int) -> str:
             f'<div class="tdm-track"><div class="tdm-track-fill" style="animation-duration:{total:.2f}s"></div></div>'
             f'<div class="tdm-finish {"tdm-badge tdm-badge-ok" if first else "tdm-badge"}" '
             f'style="animation-delay:{total * 1000:.0f}ms">{"✓ " if first else ""}{esc(finish)}</div>'
-            f'<div class="tdm-tokens">{body}</div></div>')
+            f'{body}</div>')
 
 
 def race_html(plain, spec, nonce: int = 0) -> Optional[str]:
@@ -63,7 +63,11 @@ def race_html(plain, spec, nonce: int = 0) -> Optional[str]:
     tp, ts = _duration(plain), _duration(spec)
     saved = tp - ts
     word = f"speculation saved {secs(saved)} s" if saved >= 0 else f"speculation cost {secs(-saved)} s"
+    word += f" of {secs(tp)} s"
+    if all(t.kind == TokenKind.PLAIN for t in spec.tokens):  # nothing drafted: nothing to save or cost anything
+        word = (f"nothing was drafted, so both runs decoded plainly: the {secs(abs(saved))} s of {secs(tp)} s "
+                f"between them is timing noise")
     return (f'<div class="tdm-race-wrap" data-run="{nonce}"><div class="tdm-note">Replay at real speed '
-            f'(prompt processing included): {esc(word)} of {secs(tp)} s.</div><div class="tdm-race">'
+            f'(prompt processing included): {esc(word)}.</div><div class="tdm-race">'
             f'{_lane("Speculation off (plain)", plain, ts, nonce)}{_lane("Speculation on", spec, tp, nonce)}'
             f'</div></div>')

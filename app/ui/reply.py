@@ -56,8 +56,9 @@ def span(tokens: Sequence[dict], i: int, body: str, extra: str = "") -> str:
 class _Colourer:
     """Walks the raw reply alongside the renderer, which writes text in document order."""
 
-    def __init__(self, tokens: Sequence[dict]):
+    def __init__(self, tokens: Sequence[dict], extra: Optional[Callable[[int], str]] = None):
         self.tokens = tokens
+        self.extra = extra  # more attributes for token i's spans (Compare's replay: when it appears)
         self.src = "".join(t["t"] for t in tokens)
         self.owner = [i for i, t in enumerate(tokens) for _ in t["t"]]
         self.pos = 0
@@ -87,7 +88,8 @@ class _Colourer:
             while j < len(piece) and owners[j] == owners[i]:
                 j += 1
             body = esc(piece[i:j])
-            parts.append(body if owners[i] is None else span(self.tokens, owners[i], body))
+            parts.append(body if owners[i] is None else
+                         span(self.tokens, owners[i], body, self.extra(owners[i]) if self.extra else ""))
             i = j
         return "".join(parts)
 
@@ -130,9 +132,10 @@ _MD = _markdown()
 CURSOR = '<span class="tdm-cursor">▍</span>'
 
 
-def render(tokens: Sequence[dict], cursor: bool = False) -> str:
-    """The reply's Markdown as HTML with each token's text in a span of its kind (escaped throughout)."""
-    out = _MD.render("".join(t["t"] for t in tokens), {"colour": _Colourer(tokens)})
+def render(tokens: Sequence[dict], cursor: bool = False, extra: Optional[Callable[[int], str]] = None) -> str:
+    """The reply's Markdown as HTML with each token's text in a span of its kind (escaped throughout);
+    ``extra(i)``: more attributes for the spans of token i."""
+    out = _MD.render("".join(t["t"] for t in tokens), {"colour": _Colourer(tokens, extra)})
     if cursor:
         out = out.rstrip()
         for close in ("</p>", "</code></pre>", "</li>\n</ul>", "</li>\n</ol>"):
@@ -143,12 +146,22 @@ def render(tokens: Sequence[dict], cursor: bool = False) -> str:
 
 
 def spans_html(tokens: Sequence[dict], cursor: bool = False, empty: str = "") -> str:
-    """Tokens as coloured spans in a monospace box, without Markdown (Compare's live sides)."""
+    """Tokens as coloured spans in a monospace box, without Markdown (the token text exactly as generated)."""
     if tokens:
         body = "".join(span(tokens, i, esc(t["t"])) for i, t in enumerate(tokens) if t["t"])
     else:
         body = f'<span class="tdm-empty">{esc(empty)}</span>' if empty else ""
     return f'<div class="tdm-tokens">{body}{CURSOR if cursor else ""}</div>'
+
+
+def markdown_box(tokens: Sequence[dict], cursor: bool = False, empty: str = "",
+                 extra: Optional[Callable[[int], str]] = None) -> str:
+    """Tokens rendered as Markdown and coloured, in a scrolling box (Compare's sides and replay lanes)."""
+    if tokens:
+        body = render(tokens, cursor=cursor, extra=extra)
+    else:
+        body = (f'<span class="tdm-empty">{esc(empty)}</span>' if empty else "") + (CURSOR if cursor else "")
+    return f'<div class="tdm-tokens tdm-md">{body}</div>'
 
 
 def message_html(msg: dict) -> str:

@@ -2,7 +2,9 @@
 
 Each provenance kind has a colour *and* a non-colour cue, in light and dark mode alike: accepted draft =
 tinted background; target-corrected = wavy underline; bonus = dotted overline and underline; plain = no
-tint (in the legend, a dashed frame). ``body.tdm-nocolour`` (the Chat's "Colour tokens" switch) turns the colouring off.
+tint (in the legend, a dashed frame). ``body.tdm-nocolour`` (the Chat's "Colour tokens" switch) turns the colouring off: its rule is
+``!important`` because Gradio also serves every rule prefixed with its container's classes, which would
+outrank a plain ``body.…`` selector.
 """
 
 TOKENS_CSS = """
@@ -18,7 +20,8 @@ TOKENS_CSS = """
 .dark .tdm-bonus{background:rgba(129,140,248,.45);text-decoration-color:#c7d2fe}
 .dark .tdm-swatch.tdm-plain{outline-color:rgba(203,213,225,.55)}
 .tdm-conv .tdm-tok{border-radius:0}
-body.tdm-nocolour .tdm-conv .tdm-tok{background:transparent;text-decoration:none;outline:none;cursor:auto}
+body.tdm-nocolour .tdm-conv .tdm-tok{background:transparent!important;text-decoration:none!important;
+  outline:none!important;cursor:auto!important}
 .tdm-tok:focus-visible{outline:2px solid var(--color-accent)}
 .tdm-cursor{animation:tdm-blink 1s steps(2) infinite;color:var(--body-text-color-subdued)}
 @keyframes tdm-blink{50%{opacity:0}}
@@ -111,6 +114,12 @@ RACE_CSS = """
 .tdm-track{height:6px;border-radius:3px;background:var(--border-color-primary);overflow:hidden;margin:4px 0 6px}
 .tdm-track-fill{height:100%;width:0;background:var(--color-accent);animation:tdm-grow linear forwards}
 .tdm-lane .tdm-tokens{min-height:80px;max-height:300px}
+.tdm-tokens.tdm-md{white-space:normal;font-family:inherit;font-size:14px;line-height:1.55}
+.tdm-md p{margin:.2em 0 .6em}.tdm-md p:last-child{margin-bottom:0}
+.tdm-md pre{padding:8px 10px;border-radius:8px;overflow-x:auto;background:var(--background-fill-primary);
+  border:1px solid var(--border-color-primary);font-size:13px;line-height:1.5;white-space:pre}
+.tdm-md code{font-family:var(--font-mono);font-size:.92em}.tdm-md ul,.tdm-md ol{margin:.2em 0 .6em 1.3em}
+.tdm-settings-line{margin:0;align-self:center}.tdm-section{margin:18px 0 2px;font-size:16px}
 .tdm-race .tdm-tok,.tdm-finish{visibility:hidden;animation:tdm-show 0s linear forwards}
 .tdm-finish{font-size:12px;font-weight:600}
 @keyframes tdm-show{to{visibility:visible}}

@@ -98,6 +98,26 @@ def open_tab(page, name: str) -> None:
     tab.click()
 
 
+def setting(page, name: str, value: str, expect: str = "", back: str = "Chat") -> None:
+    """Type one of the shared generation settings (Pair settings), wait until Chat's read-only line shows
+    ``expect``, then go back to the tab ``back`` (none: stay)."""
+    open_tab(page, "Pair settings")
+    box = page.locator(f"#tdm-gen-{name} textarea, #tdm-gen-{name} input").first
+    box.fill(value)
+    box.press("Tab")  # the change is sent when the field loses focus
+    if expect:
+        page.wait_for_function("t => document.querySelector('#tdm-chat-settings').innerText.includes(t)", arg=expect)
+    if back:
+        open_tab(page, back)
+
+
+def proposer(page, label: str) -> None:
+    open_tab(page, "Pair settings")
+    page.locator("#tdm-gen-proposer label", has_text=label).click()
+    page.wait_for_function(f"document.querySelector('#tdm-chat-settings').innerText.includes({label!r})")
+    open_tab(page, "Chat")
+
+
 def choose(page, elem_id: str, option: str) -> None:
     box = page.locator(f"#{elem_id} input")
     box.click()
@@ -107,7 +127,7 @@ def choose(page, elem_id: str, option: str) -> None:
 
 def test_chat_reply_is_coloured_in_place_with_a_line_under_it(page):
     clear(page)
-    choose(page, "tdm-chat-k", "4")  # a fixed K drafts whatever the machine's load (auto K may pause)
+    setting(page, "k", "4", "K 4")  # a fixed K drafts whatever the machine's load (auto K may pause)
     set_slider(page, "tdm-chat-max-tokens", 32)
     send(page, "Name three fruits.")
     page.wait_for_selector("#tdm-chatbot .tdm-msg-bot .tdm-tok")
@@ -129,7 +149,7 @@ def test_chat_reply_is_coloured_in_place_with_a_line_under_it(page):
     assert "Draft length" in page.inner_text("#tdm-glossary")
     page.click("#tdm-glossary")
     shot(page, "chat-finished")
-    choose(page, "tdm-chat-k", "auto")
+    setting(page, "k", "auto", "K auto")
 
 
 def test_enter_sends_and_shift_enter_adds_a_line(page):
@@ -226,7 +246,7 @@ def test_speedup_is_measured_or_labelled_and_never_shown_with_speculation_off(pa
 def test_a_corrected_token_opens_an_inspector_with_the_drafts_token(page):
     clear(page)
     set_slider(page, "tdm-chat-max-tokens", 48)
-    page.locator("#tdm-chat-proposer label", has_text="prompt lookup").click()  # lookup drafts often go wrong
+    proposer(page, "prompt lookup")  # lookup drafts often go wrong
     try:
         send(page, "Count from one to twelve in words, separated by commas: one, two, three, four, five, six")
         page.wait_for_selector("#tdm-chat-status .tdm-status-ok")
@@ -242,7 +262,7 @@ def test_a_corrected_token_opens_an_inspector_with_the_drafts_token(page):
         shot(page, "chat-inspector", full_page=False)
         page.keyboard.press("Escape")
     finally:
-        page.locator("#tdm-chat-proposer label", has_text="draft model").click()
+        proposer(page, "draft model")
 
 
 def test_compare_replays_both_runs_as_a_race(page):
@@ -301,14 +321,15 @@ def test_use_this_changes_the_next_chat_message_without_a_reload(page):
     speculative = page.is_checked("#tdm-chat-speculative input")
     assert speculative == ("speculation off" not in note), note
     if speculative:
-        assert page.input_value("#tdm-chat-k input") == "3"
+        assert page.input_value("#tdm-gen-k textarea, #tdm-gen-k input") == "3"
+        assert "K 3" in page.inner_text("#tdm-chat-settings")
     clear(page)
     set_slider(page, "tdm-chat-max-tokens", 24)
     send(page, "Name three fruits.")
     page.wait_for_selector("#tdm-chat-status .tdm-status-ok")
     line = page.inner_text("#tdm-chatbot .tdm-replyline")
     assert ("(K 3)" in line) if speculative else line.startswith("plain decoding"), line
-    choose(page, "tdm-chat-k", "auto")
+    setting(page, "k", "auto", "K auto")
 
 
 def test_dark_mode_styles_each_kind_distinctly_beyond_colour(browser):

@@ -17,17 +17,18 @@ from app.engine.events import KINDS, StopReason
 from app.errors import ui_message
 from app.service import chat, settings as S, speedup
 from app.service.baseline import measure_baseline, measure_plain
-from app.service.chatqueue import Sessions
+from app.service.chatqueue import Notes, Sessions
 from app.service.faster import make_faster
 from app.service.runner import RunStatus
 from app.service.state import AppState, session_key
-from app.ui import controls, panel, reply
+from app.ui import controls, keep, panel, reply
 from app.ui.controls import GEN
 
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
 EMPTY = "Ask something. Each reply is coloured by where its tokens came from; click a red one to see what " \
         "the draft had proposed."
 QUEUED = "Queued: your message is sent when the current reply finishes."
+STOP_WAIT_S = 4.0  # Stop waits this long for the reply to end, then says "Stopping…"
 
 
 def display(history: list[dict], live: dict | None = None, queued: Sequence[str] = ()) -> str:
@@ -59,8 +60,9 @@ def reply_counters(state: AppState, last: dict) -> tuple[str, dict | None]:
     summary, spec = last["summary"], last["speculative"]
     claim = speedup.choose(summary, spec, last.get("plain"), state.baseline())
     notes = []
+    measured = claim is not None and claim["kind"] == "measured"  # then it is the one speedup shown
     ref = speedup.last_compare(state.recent, speedup.signature(state.baseline_key(), state.draft_path,
-                                                               last["resolved"])) if spec else None
+                                                               last["resolved"])) if spec and not measured else None
     if ref and ref.get("speedup"):
         notes.append(f"Compare with these settings measured {ref['speedup']:.2f}× "
                      f"{speedup.age(time.time() - ref['at'])} on “{str(ref.get('prompt', ''))[:40]}”.")
@@ -76,30 +78,42 @@ def line_for(last: dict, claim: dict | None) -> str:
 
 @dataclass
 class ChatView:
-    """What the app refreshes on page load and after "Use this": the controls and the counters."""
-    ctrl: controls.Controls
+    """What the app refreshes on page load and after "Use this": the tab's own controls, the counters, the
+    conversation kept in the browser."""
+    ctrl: controls.Controls  # the tab's own controls, then the shared ones (Pair settings)
+    local: controls.Controls
     counters: Any
+    settings_line: Any
+    goto: Any
+    conversation: Any
+    saved: Any  # gr.BrowserState
+    sessions: Sessions
 
     @property
     def components(self) -> list:
-        return [*self.ctrl.components, self.counters]
+        return [*self.local.components, self.counters]
 
     def refresh(self, state: AppState) -> list:
-        return [*self.ctrl.refresh(state), idle_counters(state)]
+        return [*self.local.refresh(state), idle_counters(state)]
 
     def tuned(self, state: AppState) -> list:
-        return [*self.ctrl.tuned(state), gr.update()]
+        return [*self.local.tuned(state), gr.update()]
 
 
-def build(state: AppState) -> ChatView:
-    view = layout(state)
-    wire(state, view, Sessions())  # per browser session: the conversation and its queued messages
-    return ChatView(view.ctrl, view.counters)
+def build(state: AppState, gen: controls.Controls, view: SimpleNamespace | None = None) -> ChatView:
+    """Wire the tab (laid out by ``layout``, or here) to the shared settings ``gen`` (Pair settings)."""
+    view = view or layout(state)
+    ctrl = view.local + gen
+    sessions = Sessions()  # per browser session: the conversation and its queue
+    wire(state, view, ctrl, sessions, Notes())
+    return ChatView(ctrl, view.local, view.counters, view.settings_line, view.goto, view.conversation, view.saved,
+                    sessions)
 
 
 def layout(state: AppState) -> SimpleNamespace:
     """Place the components; returned by name for ``wire``."""
     last = gr.State({})  # the latest reply: summary, speculative, messages, resolved, at, plain
+    saved = gr.BrowserState([], storage_key=keep.STORAGE_KEY, secret=keep.secret())
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
             conversation = gr.HTML(display([]), elem_id="tdm-chatbot")
@@ -110,7 +124,7 @@ def layout(state: AppState) -> SimpleNamespace:
             with gr.Row():
                 stop = gr.Button("Stop", variant="stop", size="sm", elem_id="tdm-stop")
                 regen = gr.Button("Regenerate", size="sm", elem_id="tdm-regen")
-                clear = gr.Button("Clear", size="sm", elem_id="tdm-clear")
+                clear = gr.Button("New chat", size="sm", elem_id="tdm-clear")
                 colour = gr.Checkbox(True, label="Colour tokens", elem_id="tdm-colour", min_width=120)
             status = gr.HTML("", elem_id="tdm-chat-status")
         with gr.Column(scale=4):
@@ -122,29 +136,34 @@ def layout(state: AppState) -> SimpleNamespace:
             note = gr.HTML("", elem_id="tdm-measure-note")
             with gr.Accordion("What these numbers mean", open=False, elem_id="tdm-glossary"):
                 gr.HTML(panel.glossary_html())
-            ctrl = controls.build(state, "chat")
+            local = controls.build_local(state, "chat")
+            with gr.Row(equal_height=True):
+                settings_line = gr.HTML("", elem_id="tdm-chat-settings")
+                goto = gr.Button("Change in Pair settings", size="sm", scale=0, min_width=120,
+                                 elem_id="tdm-chat-goto")
     return SimpleNamespace(**locals())
 
 
-def wire(state: AppState, v: SimpleNamespace, sessions: Sessions) -> None:
+def wire(state: AppState, v: SimpleNamespace, ctrl: controls.Controls, sessions: Sessions, notes: Notes) -> None:
     """Connect the events to the handlers below; the closures only hand over the state and keep Gradio's
     signatures (gr.Request and gr.Progress are injected by parameter)."""
-    ctrl = v.ctrl
 
     def on_push(request: gr.Request, message: str, *values):
         return push_user(state, sessions, request, message, *values)
 
     def on_regen(request: gr.Request, *values):
-        return regenerate(state, sessions, request, *values)
+        return regenerate(state, sessions, notes, request, *values)
 
     def on_respond(request: gr.Request):
-        yield from respond(state, sessions, ctrl, request)
+        for out in respond(state, sessions, notes, ctrl, request):
+            notes.said(session_key(request), out[2])
+            yield out
 
     def on_stop(request: gr.Request):
-        return do_stop(state, request)
+        return do_stop(state, sessions, notes, request)
 
     def on_clear(request: gr.Request):
-        return do_clear(state, sessions, request)
+        return do_clear(state, sessions, notes, request)
 
     def on_measure(request: gr.Request, last_run: dict):
         return do_measure(state, sessions, request, last_run)
@@ -152,19 +171,36 @@ def wire(state: AppState, v: SimpleNamespace, sessions: Sessions) -> None:
     def on_faster(progress=gr.Progress()):
         return do_faster(state, ctrl, progress)
 
+    def on_save(request: gr.Request):
+        return keep.saved(sessions.history(session_key(request)))
+
     private: dict[str, Any] = dict(api_visibility="private")
+    save: dict[str, Any] = dict(fn=on_save, inputs=None, outputs=[v.saved], queue=False, show_progress="hidden",
+                                **private)
     reply_loop = dict(fn=on_respond, inputs=None, outputs=[v.conversation, v.counters, v.status, v.last, v.box],
                       show_progress="hidden", trigger_mode="multiple", **private, **GEN)
     for trigger in (v.send.click, v.box.submit):
         trigger(on_push, [v.box, *ctrl.components], [v.box, v.conversation, v.status], queue=False, **private) \
-            .then(**reply_loop)
-    v.regen.click(on_regen, ctrl.components, [v.conversation, v.status], queue=False, **private).then(**reply_loop)
+            .then(**reply_loop).then(**save)
+    v.regen.click(on_regen, ctrl.components, [v.conversation, v.status], queue=False, **private) \
+        .then(**reply_loop).then(**save)
     v.stop.click(on_stop, None, [v.status], queue=False, **private)
-    v.clear.click(on_clear, None, [v.conversation, v.counters, v.status, v.last, v.note], queue=False, **private)
+    v.clear.click(on_clear, None, [v.conversation, v.counters, v.status, v.last, v.note], queue=False, **private) \
+        .then(**save)
+    # the class goes on <body>; the style sheet's rule for it wins over the tints (see style.py)
     v.colour.change(None, [v.colour], None, js="(on) => { document.body.classList.toggle('tdm-nocolour', !on); }")
     v.measure.click(on_measure, [v.last], [v.conversation, v.counters, v.note, v.last], show_progress="minimal",
-                    show_progress_on=[v.note], **private, **GEN)
+                    show_progress_on=[v.note], **private, **GEN).then(**save)
     v.faster.click(on_faster, None, [v.note, *ctrl.components], show_progress_on=[v.note], **private, **GEN)
+
+
+def restore(state: AppState, sessions: Sessions, request: gr.Request, data: Any) -> str:
+    """On page load: the conversation the browser kept (a reload, or the app restarted), unless this session
+    already has one."""
+    key = session_key(request)
+    if not sessions.history(key) and not sessions.active(key):
+        sessions.set_history(key, keep.restored(data))
+    return display(sessions.history(key), queued=sessions.queued(key))
 
 
 # --- the handlers (the conversation lives in ``sessions``: messages {"role", "content"}, replies also "html"
@@ -182,12 +218,14 @@ def push_user(state: AppState, sessions: Sessions, request: gr.Request, message:
     return "", display(sessions.history(key), queued=sessions.queued(key)), note_
 
 
-def regenerate(state: AppState, sessions: Sessions, request: gr.Request, *values):
+def regenerate(state: AppState, sessions: Sessions, notes: Notes, request: gr.Request, *values):
     key = session_key(request)
     if sessions.active(key):
         return gr.update(), panel.status_html("Wait for the reply to finish (or Stop it) first.", "info")
     hist = sessions.history(key)
+    notes.replaced.pop(key, None)
     if hist and hist[-1]["role"] == "assistant":
+        notes.replaced[key] = hist[-1]["content"]
         hist = hist[:-1]
     if not hist or hist[-1]["role"] != "user":
         return display(hist), panel.status_html("Nothing to regenerate yet.", "info")
@@ -197,7 +235,7 @@ def regenerate(state: AppState, sessions: Sessions, request: gr.Request, *values
     return display(hist[:-1], queued=sessions.queued(key)), ""
 
 
-def respond(state: AppState, sessions: Sessions, ctrl: controls.Controls, request: gr.Request):
+def respond(state: AppState, sessions: Sessions, notes: Notes, ctrl: controls.Controls, request: gr.Request):
     """The session's reply loop: answers queued messages in order; outputs conversation, counters,
     status, last reply, input box."""
     key = session_key(request)
@@ -207,7 +245,8 @@ def respond(state: AppState, sessions: Sessions, ctrl: controls.Controls, reques
         return
     try:
         while (item := sessions.next(claim)) is not None:
-            outcome = yield from answer(state, sessions, ctrl, claim, sessions.history(key), item)
+            outcome = yield from answer(state, sessions, ctrl, claim, sessions.history(key), item,
+                                        notes.replaced.pop(key, None))
             if outcome is None:  # cleared meanwhile: drop this reply, carry on from the empty conversation
                 continue
             stopped, last_run, failed = outcome
@@ -222,9 +261,11 @@ def respond(state: AppState, sessions: Sessions, ctrl: controls.Controls, reques
         sessions.release(claim)
 
 
-def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, hist: list, item: tuple):
+def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, hist: list, item: tuple,
+           replaced: str | None = None):
     """Stream one reply (a sub-generator of ``respond``); returns (stopped, last reply, the text of a turn
-    that failed), or None when Clear was pressed meanwhile. A failed turn is dropped, its text given back."""
+    that failed), or None when Clear was pressed meanwhile. A failed turn is dropped, its text given back.
+    ``replaced``: the reply a Regenerate replaces."""
     text, values = item
     key, keep = claim.key, gr.update()
 
@@ -233,6 +274,10 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
         return display(hist), keep, panel.status_html(message, "error"), keep, text
 
     asked = hist + [{"role": "user", "content": text}]
+    wrong = controls.problem(ctrl.to_dict(values))
+    if wrong:  # out of range: refused with the range named, never changed
+        yield fail(f"{wrong} Change it in Pair settings; your message is back in the box.")
+        return True, {}, text
     try:
         resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
     except S.SettingsError as exc:
@@ -271,22 +316,40 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
                 "at": time.time(), "plain": None}
     counters_view, claim_ = reply_counters(state, last_run)
     toks = reply.compact(live.tokens, live.draft_texts)
-    hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks),
+    hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks), "tokens": toks,
                      "line": line_for(last_run, claim_)}]
     sessions.set_history(key, hist)
     reason = live.done.reason if live.done else StopReason.STOPPED
-    done = panel.status_html(f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens", "ok")
+    said = f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens"
+    same = replaced is not None and (live.text.startswith(replaced) or replaced.startswith(live.text))
+    if same and resolved["temperature"] == 0:  # (up to the reply length: max tokens may have changed)
+        said += (" · T = 0 is deterministic: the same reply. Raise the temperature (Pair settings) for a "
+                 "different one.")
+    done = panel.status_html(said, "ok")
     yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep
     return reason == StopReason.STOPPED, last_run, None
 
 
-def do_stop(state: AppState, request: gr.Request):
-    stopped = state.request_stop(session_key(request))
-    return panel.status_html("Stopping…" if stopped else "Nothing is running.", "info")
-
-
-def do_clear(state: AppState, sessions: Sessions, request: gr.Request):
+def do_stop(state: AppState, sessions: Sessions, notes: Notes, request: gr.Request):
+    """Stop the session's reply and answer with the status its loop ends on ("Stopped · N tokens"): the loop
+    sends the same one, so whichever reaches the page last, the page says how it ended. "Stopping…" only while
+    the reply has not ended within ``STOP_WAIT_S`` (e.g. a long prompt still being read)."""
     key = session_key(request)
+    if not sessions.active(key):
+        state.request_stop(key)  # a Send whose loop has not started yet
+        return panel.status_html("Nothing is running.", "info")
+    state.request_stop(key)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while sessions.active(key) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if sessions.active(key):
+        return panel.status_html("Stopping… (the reply ends at its next step)", "info")
+    return notes.status.get(key) or gr.update()
+
+
+def do_clear(state: AppState, sessions: Sessions, notes: Notes, request: gr.Request):
+    key = session_key(request)
+    notes.replaced.pop(key, None)
     sessions.clear(key)
     state.request_stop(key)
     return display([]), idle_counters(state), "", {}, ""

@@ -55,13 +55,16 @@ class View:
     hist_view: Any
     runs: Any  # gr.State: this session's comparisons (payload dicts)
     last_race: Any  # gr.State: the latest race, for Replay
-    ctrl: controls.Controls
+    local: controls.Controls  # the tab's own (the reply length); the shared ones are in Pair settings
+    settings_line: Any
+    goto: Any
 
 
-def build(state: AppState) -> controls.Controls:
-    view = layout(state)
-    wire(state, view)
-    return view.ctrl
+def build(state: AppState, gen: controls.Controls, view: View | None = None) -> View:
+    """Wire the tab (laid out by ``layout``, or here) to the shared settings ``gen`` (Pair settings)."""
+    view = view or layout(state)
+    wire(state, view, view.local + gen)
+    return view
 
 
 def layout(state: AppState) -> View:
@@ -80,16 +83,20 @@ def layout(state: AppState) -> View:
     result = gr.HTML("", elem_id="tdm-compare-result")
     with gr.Accordion("This session's comparisons", open=True):
         hist_view = gr.HTML(panel.history_html([]), elem_id="tdm-compare-history")
-    ctrl = controls.build(state, "compare", speculation_switch=False)
-    return View(prompt, run, stop, status, arena, replay_btn, result, hist_view, runs, last_race, ctrl)
+    local = controls.build_local(state, "compare", speculation_switch=False)
+    with gr.Row(equal_height=True):
+        settings_line = gr.HTML("", elem_id="tdm-compare-settings")
+        goto = gr.Button("Change in Pair settings", size="sm", scale=0, min_width=120, elem_id="tdm-compare-goto")
+    return View(prompt, run, stop, status, arena, replay_btn, result, hist_view, runs, last_race, local,
+                settings_line, goto)
 
 
-def wire(state: AppState, v: View) -> None:
+def wire(state: AppState, v: View, ctrl: controls.Controls) -> None:
     def on_announce(request: gr.Request):
         return announce(state, request)
 
     def on_compare(request: gr.Request, text: str, history: list, *values):
-        yield from compare(state, v.ctrl, request, text, history, *values)
+        yield from compare(state, ctrl, request, text, history, *values)
 
     def on_stop(request: gr.Request):
         return stop(state, request)
@@ -97,7 +104,7 @@ def wire(state: AppState, v: View) -> None:
     outputs = [v.arena, v.result, v.status, v.runs, v.hist_view, v.last_race, v.replay_btn]
     for trigger in (v.run.click, v.prompt.submit):
         trigger(on_announce, None, [v.status, v.result], queue=False, api_visibility="private").then(
-            on_compare, [v.prompt, v.runs, *v.ctrl.components], outputs, api_visibility="private",
+            on_compare, [v.prompt, v.runs, *ctrl.components], outputs, api_visibility="private",
             show_progress="hidden", **GEN)
     v.stop.click(on_stop, None, [v.status], queue=False, api_visibility="private")
     v.replay_btn.click(replay_both, [v.last_race], [v.arena, v.last_race], queue=False, api_visibility="private",
@@ -123,6 +130,10 @@ def compare(state: AppState, ctrl: controls.Controls, request: gr.Request, text:
 
     if not text or not text.strip():
         yield say("Type a prompt first.")
+        return
+    wrong = controls.problem(ctrl.to_dict(values))
+    if wrong:  # out of range: refused with the range named, never changed
+        yield say(f"{wrong} Change it in Pair settings.", "error")
         return
     try:
         resolved = S.resolve(ctrl.to_dict(values), S.defaults(state.defaults))
@@ -155,7 +166,7 @@ def compare(state: AppState, ctrl: controls.Controls, request: gr.Request, text:
     sig = speedup.signature(state.baseline_key(), state.draft_path, resolved)
     speedup.remember_compare(state.recent, sig, payload)
     shown = race.race_html(plain, spec, len(history)) or arena_html(plain, spec)
-    yield (shown, panel.compare_row_html(_row(payload, greedy)), "", history, panel.history_html(history),
+    yield (shown, panel.compare_row_html(_row(payload, greedy), spec.summary()), "", history, panel.history_html(history),
            shown, gr.update(visible=True))
 
 

@@ -22,10 +22,9 @@ from app.models.catalog import load as load_catalog
 from app.service.baseline import warm_up
 from app.service.loading import PairOptions, load_into
 from app.service.state import AppState, backend_name
-from app.ui import panel
+from app.ui import controls, panel
 
 NO_DRAFT = "(none: prompt lookup only)"
-CTX_CHOICES = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 NGL_CHOICES = ["auto", "all", "0"]
 
 
@@ -134,13 +133,16 @@ class View:
     load_btn: Any
     status: Any
     info: Any
+    gen: controls.Controls  # the generation settings Chat and Compare read
+    gen_status: Any
 
 
-def build(state: AppState):
-    """Returns (pair info component, the load event) so the app can refresh its header after a load."""
+def build(state: AppState) -> tuple[Any, Any, View]:
+    """Returns (pair info component, the load event, the view) so the app can refresh its header after a load
+    and hand the generation settings to Chat and Compare."""
     pairs = catalog_pairs()
     view = layout(state, pairs)
-    return view.info, wire(state, view, pairs)
+    return view.info, wire(state, view, pairs), view
 
 
 def layout(state: AppState, pairs: dict[str, tuple[str, str, str]]) -> View:
@@ -164,8 +166,9 @@ def layout(state: AppState, pairs: dict[str, tuple[str, str, str]]) -> View:
         d_ngl = gr.Dropdown(choices=NGL_CHOICES, value=str(state.gpu_layers[1]), allow_custom_value=True,
                             label="Draft GPU layers", info="auto: all of it when it fits (the draft goes first); "
                                                            "all; or a number.")
-        ctx = gr.Dropdown(choices=CTX_CHOICES, value=state.target_options.n_ctx or 4096, label="Context size",
-                          allow_custom_value=True, info="Tokens of prompt + reply the pair can hold.")
+        ctx = gr.Number(value=state.target_options.n_ctx or 4096, precision=0, label="Context size",
+                        elem_id="tdm-ctx", info=f"{controls.range_text('ctx')} tokens of prompt + reply the pair "
+                                                f"can hold (e.g. 2048, 4096, 8192).")
         threads = gr.Number(value=state.target_options.n_threads, precision=0, label="Threads",
                             info="CPU threads; 0 = all physical cores.")
     with gr.Row():
@@ -179,8 +182,13 @@ def layout(state: AppState, pairs: dict[str, tuple[str, str, str]]) -> View:
     load_btn = gr.Button("Load pair", variant="primary", elem_id="tdm-load")
     status = gr.HTML("", elem_id="tdm-pair-status")
     info = gr.HTML(info_html(state), elem_id="tdm-pairinfo")
+    gr.HTML('<h3 class="tdm-section">Generation settings</h3><div class="tdm-note">Chat and Compare both use '
+            'these (each keeps only its own reply length, and Chat its speculation switch). A value out of range '
+            'is refused, never changed.</div>')
+    gen_status = gr.HTML("", elem_id="tdm-gen-status")  # above the fields, where a refusal is seen
+    gen = controls.build_shared(state)
     return View(preset, refresh, target, draft, compat, t_ngl, d_ngl, ctx, threads, workers, check,
-                workers_status, load_btn, status, info)
+                workers_status, load_btn, status, info, gen, gen_status)
 
 
 def wire(state: AppState, v: View, pairs: dict[str, tuple[str, str, str]]):
