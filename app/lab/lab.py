@@ -112,13 +112,14 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     ks = tune.parse_ks(req.ks) if req.ks else list(tune.QUICK_KS if req.quick else tune.FULL_KS)
     own = [tune.Candidate.model(pair.draft.path)] if pair.draft is not None else []
     names = {s.strip() for s in (req.drafts or "all").split(",") if s.strip()}
-    own_names = {"lookup"} | {c.id for c in own} | {Path(c.path).name for c in own}
+    both = [tune.Candidate.combined(pair.draft.path)] if pair.draft is not None else []  # ranked beside them
+    own_names = {"lookup", "auto"} | {c.id for c in own} | {Path(c.path).name for c in own}
     if (req.quick and names <= {"all"}) or (names and names <= own_names):
-        pool = own + [tune.LOOKUP]  # no need to open every installed model
+        pool = own + [tune.LOOKUP] + both  # no need to open every installed model
     else:
         found = discover(pair, on_skip)
         known = {str(Path(c.path).resolve()) for c in found}
-        pool = found + [c for c in own if str(Path(c.path).resolve()) not in known] + [tune.LOOKUP]
+        pool = found + [c for c in own if str(Path(c.path).resolve()) not in known] + [tune.LOOKUP] + both
     candidates = tune.select(pool, req.drafts or "all")
     if not candidates:
         raise ValueError("no candidate drafts")

@@ -16,7 +16,7 @@ from app.engine.sampling import SamplerSettings
 _GEN = GenConfig()  # the engine's defaults
 DEFAULTS: dict[str, Any] = {
     "speculative": True,  # speculation on/off
-    "proposer": _GEN.proposer,  # "draft" (the draft model) or "lookup" (prompt lookup)
+    "proposer": _GEN.proposer,  # "auto" (both, chosen per step), "draft" (the draft model) or "lookup"
     "k": _GEN.k,  # draft length: a positive integer or "auto"
     "k_max": DEFAULT_K_MAX,
     "p_min": DEFAULT_P_MIN,

@@ -71,8 +71,9 @@ def build(state: AppState, prefix: str, speculation_switch: bool = True, system_
                 info="Off: plain decoding with the target only (same sampler, same output at temperature 0)."))
         with gr.Row():
             c.add("proposer", gr.Radio(
-                choices=[("draft model", "draft"), ("prompt lookup", "lookup")], value=d["proposer"],
-                label="Proposer", info="Who drafts: the small draft model, or n-gram lookup in the prompt."))
+                choices=[("auto (both)", "auto"), ("draft model", "draft"), ("prompt lookup", "lookup")],
+                value=d["proposer"], label="Proposer",
+                info="Who drafts: auto chooses each step between lookup (text that repeats) and the draft model."))
             c.add("k", gr.Dropdown(
                 choices=K_CHOICES, value=str(d["k"]), label="K (draft length)", allow_custom_value=False,
                 info="Tokens drafted per target pass; auto adapts K to recent acceptance."))
