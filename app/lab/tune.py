@@ -41,8 +41,7 @@ Progress = Callable[[int, int, str, Optional[float]], None]  # done, total, what
 
 @dataclass(frozen=True)
 class Candidate:
-    """Something that drafts: a GGUF model (``path``), prompt lookup (``proposer="lookup"``) or both chosen per
-    step (``proposer="auto"`` with the model's ``path``)."""
+    """A GGUF model (``path``), prompt lookup (``proposer="lookup"``) or both per step (``"auto"``, ``path``)."""
     id: str
     proposer: str = "draft"
     path: Optional[str] = None
