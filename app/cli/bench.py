@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="a target GGUF file instead of a catalog pair (with --draft, or --proposer lookup|mtp)")
     p.add_argument("--draft", help="the draft GGUF file that goes with --target")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
-    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math")
+    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math, edit, or a comma list")
     p.add_argument("--max-tokens", type=limit("max_tokens"), default=256)
     p.add_argument("--k", type=k_value, default="auto", help="draft length: an integer or auto")
     p.add_argument("--k-max", type=limit("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=limit("temperature"), default=0.0)
     p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
     p.add_argument("--seed", type=limit("seed"), default=0)
-    p.add_argument("--proposer", choices=PROPOSERS, default=PROPOSERS[0])
+    p.add_argument("--proposer", choices=PROPOSERS, default=PROPOSERS[0],
+                   help="auto: prompt lookup or the draft model, chosen each step (lookup alone without a draft)")
     p.add_argument("--repeats", type=limit("repeats"), default=1)
     p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=limit("ctx"), default=4096, help="context size")
@@ -81,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}; "
           f"{len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
-    pair, gpu = load(target, draft if args.proposer == "draft" else None, args, "bench")
+    pair, gpu = load(target, draft if args.proposer != "lookup" else None, args, "bench")
     local = None
     if args.reference == "local":  # the same pair without the workers, loaded as auto would load it here
-        local, _ = load(target, draft if args.proposer == "draft" else None,
+        local, _ = load(target, draft if args.proposer != "lookup" else None,
                              argparse.Namespace(**dict(vars(args), rpc=(), gpu_layers="auto")), "bench local")
     with pair:
         if args.proposer == "mtp" and not pair.has_mtp:
@@ -116,23 +117,28 @@ def _progress(done: int, total: int, what: str) -> None:
 
 
 def format_table(r: BenchResult) -> str:
+    mixed = r.proposer == "auto"  # which drafter: the share of accepted draft tokens lookup proposed
     head = f"{'prompt':<20} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} {'accept':>7} {'tok/pass':>8} " \
-           f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'same':>5}"
+           f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'same':>5}" + (f" {'lookup':>6}" if mixed else "")
     lines = [head, "-" * len(head)]
     for p in r.per_prompt:
         same = "-" if r.identical is None else ("yes" if p.identical else "NO")
         lines.append(f"{p.id[:20]:<20} {_f(p.baseline_tps, '.1f'):>9} {_f(p.spec_tps, '.1f'):>9} "
                      f"{_f(p.speedup, '.2f', 'x'):>8} {_f(p.acceptance_rate, '.1%'):>7} "
                      f"{_f(p.mean_accepted):>8} {_f(p.c):>5} {_f(p.v):>5} {_f(p.bound, '.2f', 'x'):>6} "
-                     f"{_f(p.paused, '.0%'):>6} {same:>5}")
+                     f"{_f(p.paused, '.0%'):>6} {same:>5}" + (f" {_f(p.lookup_share, '.0%'):>6}" if mixed else ""))
     lines.append("-" * len(head))
     same = "-" if r.identical is None else ("yes" if r.identical else "NO")
     lines.append(f"{'median':<20} {_f(r.baseline_tps, '.1f'):>9} {_f(r.spec_tps, '.1f'):>9} "
                  f"{_f(r.speedup, '.2f', 'x'):>8} {_f(r.acceptance_rate, '.1%'):>7} "
                  f"{_f(r.mean_accepted):>8} {_f(r.c):>5} {_f(r.v):>5} {_f(r.bound, '.2f', 'x'):>6} "
-                 f"{_f(r.paused, '.0%'):>6} {same:>5}")
+                 f"{_f(r.paused, '.0%'):>6} {same:>5}" + (f" {_f(r.lookup_share, '.0%'):>6}" if mixed else ""))
     lines.append(f"efficiency (speedup / bound): {_f(r.efficiency)}   mean K: {_f(r.mean_k, '.1f')}   "
                  f"alpha: {_f(r.alpha, '.3f')}")
+    if mixed and r.lookup_share is not None:
+        lines.append(f"auto: {_f(r.lookup_share, '.0%')} of the accepted draft tokens came from prompt lookup, the "
+                     f"rest from the draft model; lookup index at most {_f((r.lookup_index_bytes or 0) / 1024, '.0f')}"
+                     f" KiB")
     if r.limit:
         lines.append(f"speculation paused on {_f(r.paused, '.0%')} of target passes: {r.limit}")
     ref = r.reference

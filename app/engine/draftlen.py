@@ -133,13 +133,19 @@ class DraftLength:
         a = max(mean_t - b * mean_n, 1e-6)
         return a, b
 
-    def rates(self, alpha: Optional[float] = None, t_d: Optional[float] = None) -> list[float]:
-        """Expected tokens per second for K = 0 .. k_max (K = 0: a plain step). While paused, the verify
-        slope is the steeper of the fit's and the paired one: resuming must convince both."""
+    def verify_line(self) -> tuple[float, float]:
+        """(a, b) as choices weigh them: the fit's, but while paused the steeper of the fit's and the paired
+        slope (resuming must convince both)."""
         a, b = self.verify_cost()
         paired = self.b_paired
         if self.paused and paired is not None and paired * (a + b) > b:
             a, b = max((a + b) * (1 - paired), 1e-6), (a + b) * paired
+        return a, b
+
+    def rates(self, alpha: Optional[float] = None, t_d: Optional[float] = None) -> list[float]:
+        """Expected tokens per second for K = 0 .. k_max (K = 0: a plain step), the verify cost as
+        :meth:`verify_line` weighs it."""
+        a, b = self.verify_line()
         alpha = min(self.alpha if alpha is None else alpha, 0.999)
         t_d = (self.t_d or 0.0) if t_d is None else t_d
         return [expected_tokens(alpha, k) / (k * t_d + a + b * (k + 1)) for k in range(self.k_max + 1)]
@@ -174,13 +180,18 @@ class DraftLength:
     # --- choosing ---------------------------------------------------------------------------------------
 
     def update(self, drafted: int, accepted: int, t_draft: float, t_verify: float, synced: int = 1,
-               t_sync: float = 0.0) -> None:
+               t_sync: float = 0.0, free: int = 0) -> None:
         """Record one step (``drafted`` tokens proposed, ``accepted`` kept; ``t_sync`` of ``t_draft``: the
         draft catching up on ``synced`` history tokens first) and choose the next K. A step that timed
-        :attr:`wake` draft tokens reports their seconds as ``t_draft`` with ``drafted`` = 0."""
+        :attr:`wake` draft tokens reports their seconds as ``t_draft`` with ``drafted`` = 0. ``free``: the
+        first ``free`` drafted tokens came from another drafter (prompt lookup, ``duo.py``): the pass teaches
+        the verify cost, but only the tokens after them the draft's acceptance and cost."""
         if not self.auto:
             return
         n = drafted + 1
+        drafted, accepted = drafted - free, (accepted - free if accepted >= free else -1)
+        if accepted < 0:  # a free token was rejected: the draft's tokens were never judged
+            drafted, accepted = 0, 0
         woke = self.wake if self.probing and not drafted else 0
         predicted = self._predict(n)
         ratio = t_verify / predicted if predicted else 1.0

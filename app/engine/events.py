@@ -30,6 +30,13 @@ class TokenKind(StrEnum):
     PLAIN = "plain"  # speculation off: one target step, one token
 
 
+class Drafter(StrEnum):
+    """Which drafter proposed a draft token (``TokenEvent.drafter``)."""
+
+    LOOKUP = "lookup"  # prompt lookup: copied from the context or an earlier request (no model)
+    MODEL = "draft"  # the draft model
+
+
 class StopReason(StrEnum):
     """Why a generation ended (``DoneEvent.reason``)."""
 
@@ -41,6 +48,7 @@ class StopReason(StrEnum):
 
 ACCEPTED, CORRECTED, BONUS, PLAIN = TokenKind.ACCEPTED, TokenKind.CORRECTED, TokenKind.BONUS, TokenKind.PLAIN
 KINDS = tuple(TokenKind)
+LOOKUP, MODEL = Drafter.LOOKUP, Drafter.MODEL
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class TokenEvent:
     index: int = 0  # position in the generated sequence (0-based)
     draft_token: Optional[int] = None  # corrected tokens: the draft's proposal that the target rejected
     logprob: Optional[TokenLogprob] = None  # when asked for: the target's log-probability and top alternatives
+    drafter: Optional[Drafter] = None  # accepted/corrected tokens: who proposed that draft position
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,9 @@ class StepEvent:
     paused: bool = False  # auto K chose not to draft this step (K = 0): drafting is expected to lose
     probe: bool = False  # auto K drafted this step to measure (acceptance, draft and verify costs)
     limit: Optional[str] = None  # while paused: why, in words
+    lookup: int = 0  # of ``drafted``, the first ``lookup`` came from prompt lookup (the rest from the draft model)
+    lookup_accepted: int = 0  # of ``accepted``, those lookup tokens
+    t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had not seen (a one-off)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from app.engine import limits
 from app.engine.backend import ContextFullError, RollbackError
 from app.engine.coupled import GumbelNoise, NoiseRows, coupled_accept, coupled_accept_by
 from app.engine.draftlen import DraftLength
-from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, Event, StepEvent, TokenEvent
+from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN, DoneEvent, Event, StepEvent,
+                               TokenEvent)
 from app.engine.grammar import GrammarSpec, GrammarTrack, MaskedRows, compile_grammar
 from app.engine.logprobs import MAX_TOP, token_logprob
 from app.engine.proposers import Draft, PromptLookupProposer, Proposer
@@ -34,7 +35,7 @@ from app.engine.text import Utf8Stream
 from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
 
 RULES = ("rejection", "match", "coupled")  # verification rules at T > 0 (coupled: seeds hold, coupled.py)
-PROPOSERS = ("draft", "lookup", "mtp")  # who drafts: the draft model, prompt lookup, or the target's MTP head
+PROPOSERS = ("auto", "draft", "lookup", "mtp")  # who drafts: both per step (duo.py), the draft model, lookup, the MTP head
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
 DEFAULT_K_MAX = 16
@@ -46,7 +47,7 @@ class GenConfig:
     max_tokens: int = 256
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     speculative: bool = True
-    proposer: str = "draft"  # "draft", "lookup" or "mtp"
+    proposer: str = "draft"  # "draft", "lookup", "mtp" or "auto" (lookup or the draft model, per step; lookup without a draft)
     k: Union[int, str] = "auto"  # a fixed draft length, or "auto"
     k_max: int = DEFAULT_K_MAX  # ceiling for auto
     p_min: float = DEFAULT_P_MIN  # auto: stop drafting below this draft confidence
@@ -153,6 +154,9 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         noise = GumbelNoise(seed)
     length = length or DraftLength(cfg.k, cfg.k_max)
     length.begin()
+    mixes = spec is not None and getattr(spec, "mixes", False)  # the proposer chooses its drafter per step
+    if mixes:
+        spec.bind(length)
     free: Optional[Proposer] = None  # prompt lookup for the controller's free probes
 
     t0 = time.perf_counter()
@@ -175,7 +179,8 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         if room < 1:
             reason = "context"
             break
-        k = min(length.k, cfg.max_tokens - emitted - 1, room - 1, reach or room) if spec is not None else 0
+        cap = min(cfg.max_tokens - emitted - 1, room - 1, reach or room) if spec is not None else 0
+        k = min(length.k, cap)
         source = spec
         if k > 0 and length.free_probe and spec.name != PromptLookupProposer.name:
             if free is None:
@@ -183,7 +188,8 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                 free.begin(prompt)
             source = free
         coupling = {"noise": noise} if noise is not None and getattr(source, "couples", False) else {}
-        draft = source.propose(tokens, k, cfg.sampler, rng, sample_draft, **coupling) if k > 0 else Draft()
+        limit = min(length.k_max, cap) if mixes and source is spec and not length.wake else k
+        draft = source.propose(tokens, limit, cfg.sampler, rng, sample_draft, **coupling) if limit > 0 else Draft()
         if track is not None:
             draft = _cut(draft, track.cut(draft.tokens))
         if k == 0 and spec is not None and length.wake and hasattr(spec, "time_tokens"):
@@ -212,6 +218,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                 draft_pos=i if i < len(draft.tokens) else None,
                 draft_prob=draft.probs[i] if i < len(draft.probs) else None, index=emitted,
                 draft_token=draft.tokens[i] if kind == CORRECTED and i < len(draft.tokens) else None,
+                drafter=(LOOKUP if i < draft.lookup else MODEL) if i < len(draft.tokens) else None,
                 logprob=token_logprob(logits[i], tok, cfg.logprobs) if cfg.logprobs is not None else None,
             ))
             emitted += 1
@@ -219,18 +226,22 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                 reason = "max_tokens"
                 break
         probe = spec is not None and length.probing and bool(draft.tokens)  # (a probe may find nothing)
-        paused = spec is not None and length.paused and not probe
-        limit = length.limit() if paused else None  # why this step was plain (the update may resume drafting)
-        length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced, t_sync=draft.t_sync)
+        paused = spec is not None and length.paused and not draft.tokens
+        why = length.limit() if paused else None  # why this step was plain (the update may resume drafting)
+        length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced, t_sync=draft.t_sync,
+                      free=draft.lookup if mixes and source is spec else 0)
         step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
-                            paused=paused, probe=probe, limit=limit)
+                            paused=paused, probe=probe, limit=why, lookup=draft.lookup,
+                            lookup_accepted=min(n, draft.lookup), t_sync=draft.t_sync)
         stats.add(step_ev)
         step += 1
         text.extend(e.text for e in events)
         yield from events
         yield step_ev
 
+    if mixes:
+        spec.finish(tokens)  # the reply's last tokens join lookup's memory
     tail = stream.flush()
     if tail:
         text.append(tail)
@@ -245,7 +256,7 @@ def _cut(draft: Draft, n: int) -> Draft:
     if n == len(draft.tokens):
         return draft
     return Draft(tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],
-                 seconds=draft.seconds, synced=draft.synced)
+                 seconds=draft.seconds, synced=draft.synced, t_sync=draft.t_sync, lookup=min(draft.lookup, n))
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,

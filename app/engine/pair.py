@@ -17,7 +17,10 @@ from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.mtp import MtpHead, MtpProposer, mtp_reason
+from app.engine.duo import DuoProposer
+from app.engine.mix import LookupAcceptance
 from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
+from app.engine.suffix import SuffixIndex
 from app.engine.text import TemplateError, message_pieces, render_chat
 
 
@@ -28,6 +31,8 @@ class Pair:
         self._mtp: Optional[MtpHead] = None  # the target's own MTP head, made when first asked for
         self._target_vocab = target.vocab_info()
         self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
+        self.lookup_index = SuffixIndex()  # what proposer "auto" has read since load: its lookup's memory
+        self._lookup_acceptance = LookupAcceptance()  # how lookup proposals fared, by match length
         if draft is not None:
             self.set_draft(draft)
 
@@ -68,20 +73,26 @@ class Pair:
                 draft.close()
                 raise
         old, self.draft = self.draft, draft
-        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] != "draft"}  # other costs now
+        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in ("draft", "auto")}  # other costs
         return old
+
+    def proposer_kind(self, cfg: GenConfig) -> str:
+        """The proposer ``cfg`` gets here: "auto" without a draft model is prompt lookup."""
+        return "lookup" if cfg.proposer == "auto" and self.draft is None else cfg.proposer
 
     def proposer(self, cfg: GenConfig) -> Optional[Proposer]:
         if not cfg.speculative:
             return None
-        if cfg.proposer == "lookup":
+        kind = self.proposer_kind(cfg)
+        if kind == "lookup":
             return PromptLookupProposer()
         p_min = cfg.p_min if cfg.k == "auto" else 0.0
         if cfg.proposer == "mtp":
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        return DraftModelProposer(self.draft, p_min=p_min)
+        model = DraftModelProposer(self.draft, p_min=p_min)
+        return DuoProposer(model, self.lookup_index, self._lookup_acceptance) if kind == "auto" else model
 
     def mtp_head(self) -> MtpHead:
         """The target's MTP head (its own context, made once); MtpUnavailable says why there is none."""
@@ -99,7 +110,7 @@ class Pair:
         (verify cost, draft cost, whether drafting pays here) carries over; None for a fixed K or plain."""
         if not cfg.speculative or cfg.k != "auto":
             return None
-        key = (cfg.proposer, cfg.k_max)
+        key = (self.proposer_kind(cfg), cfg.k_max)
         if key not in self._lengths:
             self._lengths[key] = DraftLength("auto", cfg.k_max)
         return self._lengths[key]
@@ -163,9 +174,12 @@ class Pair:
         return generate(self.target, prompt, cfg, self.proposer(cfg), stop=stop, baseline_tps=baseline_tps,
                         on_prefill=on_prefill, length=self.draft_length(cfg))
 
-    def reset(self) -> None:
-        """Forget cached prompts (KV caches), e.g. before a benchmark run."""
+    def reset(self, lookup: bool = True) -> None:
+        """Forget cached prompts (KV caches) and, unless ``lookup`` is False, what lookup remembers of earlier
+        requests, e.g. before a benchmark run (no run may find another run's reply)."""
         self.target.reset()
+        if lookup:
+            self.lookup_index.clear()
         if self.draft is not None:
             self.draft.reset()
         if self._mtp is not None:

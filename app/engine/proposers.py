@@ -30,6 +30,7 @@ class Draft:
     seconds: float = 0.0
     synced: int = 0  # history tokens the proposer had to catch up on before drafting (1 in steady state)
     t_sync: float = 0.0  # of ``seconds``: the catch-up on those tokens (a one-off, not a per-token cost)
+    lookup: int = 0  # the first ``lookup`` tokens came from prompt lookup (provenance), the rest from a model
 
 
 class Proposer(Protocol):
@@ -154,6 +155,7 @@ class PromptLookupProposer:
                 break
         self._index_until(history, len(history))
         draft.probs = [None] * len(draft.tokens)
+        draft.lookup = len(draft.tokens)
         draft.seconds = time.perf_counter() - t0
         return draft
 

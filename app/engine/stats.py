@@ -60,6 +60,9 @@ class Stats:
     paused_steps: int = 0  # plain steps taken because auto K expected drafting to lose
     probe_steps: int = 0  # steps auto K drafted to measure while paused (or before it knew the costs)
     limit: Optional[str] = None  # why speculation paused, in words (the loop's last word: ``end``)
+    lookup_drafted: int = 0  # of ``drafted``: proposed by prompt lookup (the rest by the draft model)
+    lookup_accepted: int = 0  # of ``accepted``: lookup's
+    t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had skipped
     t_first: Optional[float] = None  # clock reading when decoding began (from the first ``add(ev, now)``)
     t_last: Optional[float] = None  # clock reading of the latest ``add(ev, now)``
 
@@ -79,6 +82,9 @@ class Stats:
         self.t_total += ev.t_step
         self.paused_steps += ev.paused
         self.probe_steps += ev.probe
+        self.lookup_drafted += ev.lookup
+        self.lookup_accepted += ev.lookup_accepted
+        self.t_sync += ev.t_sync
         if ev.paused and ev.limit:
             self.limit = ev.limit  # live: why the latest pause happened
         if ev.drafted:
@@ -140,7 +146,8 @@ class Stats:
             rejections=self.rejections, spec_steps=self.spec_steps, t_verify_spec=self.t_verify_spec,
             tokens_per_s=tps, t_draft=self.t_draft, t_verify=self.t_verify, t_total=t_total,
             baseline_tps=baseline_tps, speedup=speedup, paused_steps=self.paused_steps,
-            probe_steps=self.probe_steps, limit=self.limit)
+            probe_steps=self.probe_steps, limit=self.limit, lookup_drafted=self.lookup_drafted,
+            lookup_accepted=self.lookup_accepted, t_sync=self.t_sync)
         c, v, bound = costs(out, baseline_tps)
         return replace(out, c=c, v=v, bound=bound, efficiency=speedup / bound if speedup and bound else None)
 
@@ -161,6 +168,7 @@ def pool(summaries: Sequence[Summary]) -> Summary:
         tested_at=_sum_lists(s.tested_at for s in summaries), accepted_at=_sum_lists(s.accepted_at for s in summaries),
         histogram=_sum_lists(s.histogram for s in summaries), paused_steps=total("paused_steps"),
         probe_steps=total("probe_steps"), limit=next((s.limit for s in reversed(summaries) if s.limit), None),
+        lookup_drafted=total("lookup_drafted"), lookup_accepted=total("lookup_accepted"), t_sync=total("t_sync"),
     ).summary()
 
 

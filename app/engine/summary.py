@@ -44,9 +44,25 @@ class Summary:
     v: Optional[float] = None
     bound: Optional[float] = None
     efficiency: Optional[float] = None  # speedup / bound
+    lookup_drafted: int = 0  # of ``drafted``: by prompt lookup (the rest by the draft model)
+    lookup_accepted: int = 0  # of ``accepted``: lookup's
+    t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had skipped (a one-off)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def model_drafted(self) -> int:
+        return self.drafted - self.lookup_drafted
+
+    @property
+    def model_accepted(self) -> int:
+        return self.accepted - self.lookup_accepted
+
+    @property
+    def lookup_share(self) -> Optional[float]:
+        """The share of accepted draft tokens that prompt lookup proposed (None if none was accepted)."""
+        return self.lookup_accepted / self.accepted if self.accepted else None
 
     @property
     def paused_share(self) -> Optional[float]:

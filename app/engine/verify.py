@@ -90,7 +90,7 @@ def rejection_sample(
 def _proposal_row(q: Optional[Rows], i: int, x: int, vocab: int) -> np.ndarray:
     """Row ``i`` of q, or ``onehot(x)`` for a deterministic proposer (also when q(x) = 0, which a token
     actually drawn from q cannot have)."""
-    if q is not None and q[i][x] > 0.0:
+    if q is not None and q[i] is not None and q[i][x] > 0.0:  # (a None row: that token was deterministic)
         return q[i]
     onehot = np.zeros(vocab, dtype=np.float64)
     onehot[x] = 1.0

@@ -36,9 +36,10 @@ class RunResult:
         return self.stats.tokens_per_s
 
 
-def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig) -> RunResult:
-    """One generation from a cold cache (the prompt is processed afresh, and not timed)."""
-    pair.reset()
+def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig, forget: bool = True) -> RunResult:
+    """One generation from a cold cache (the prompt is processed afresh, and not timed); ``forget``: lookup
+    remembers nothing of earlier runs either (a benchmark's runs must not find each other's replies)."""
+    pair.reset(lookup=forget)
     out, stats = run(pair.target, tokens, cfg, pair.proposer(cfg), length=pair.draft_length(cfg))
     return RunResult(out, stats)
 
@@ -86,6 +87,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
     ref_runs = 2 if local else 1 if bcfg.reference else 0
     total, done = len(encoded) * bcfg.repeats * (2 + ref_runs), 0
     per_prompt: list = []
+    index_bytes: Optional[int] = None
     for prompt, tokens in encoded:
         plain_runs: list[RunResult] = []
         spec_runs: list[RunResult] = []
@@ -96,7 +98,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
             order = order if r % 2 == 0 else order[::-1]
             for mode in order:
                 if cancel is not None and cancel.is_set():
-                    return _aggregate(per_prompt, spec_cfg, True, bcfg.reference, skipped)
+                    return _aggregate(per_prompt, spec_cfg, True, bcfg.reference, skipped, index_bytes)
                 if mode == "ref" and local:
                     local_plain.append(measure(bcfg.local, tokens, plain_cfg).tps)
                     ref_tps.append(measure(bcfg.local, tokens, spec_cfg).tps)
@@ -105,6 +107,8 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 else:
                     result = measure(pair, tokens, spec_cfg if mode == "spec" else plain_cfg)
                     (spec_runs if mode == "spec" else plain_runs).append(result)
+                    if mode == "spec" and spec_cfg.proposer == "auto":
+                        index_bytes = max(index_bytes or 0, pair.lookup_index.nbytes())
                 done += ref_runs if mode == "ref" else 1
                 if progress:
                     progress(done, total, f"{prompt.id} {mode}")
@@ -119,7 +123,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 row = replace(row, reference_plain_tps=plain,
                               reference_plain_ratio=row.baseline_tps / plain if plain else None)
         per_prompt.append(row)
-    return _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped)
+    return _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped, index_bytes)
 
 
 def encode(pair: Pair, prompts: Sequence[Prompt]) -> tuple[list[tuple[Prompt, list[int]]], list[dict]]:
@@ -194,6 +198,7 @@ class PromptRow:
     plain_runs: list  # tokens/s of each run
     spec_runs: list
     pooled: Summary = field(default_factory=Summary, repr=False, metadata=PRIVATE)  # the speculative runs'
+    lookup_share: Optional[float] = None  # of the accepted draft tokens, the share prompt lookup proposed
     reference_tps: Optional[float] = None  # with a reference decoder only (then all three are in the JSON)
     reference_ratio: Optional[float] = None
     reference_speedup: Optional[float] = None
@@ -240,6 +245,8 @@ class BenchResult:
     reference: Optional[dict]
     per_prompt: list  # PromptRow
     skipped: list = field(default_factory=list)  # prompts past the context: {"id", "category", "error"}
+    lookup_share: Optional[float] = None  # of every accepted draft token, the share prompt lookup proposed
+    lookup_index_bytes: Optional[int] = None  # proposer auto: the most its lookup index held after a run
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), per_prompt=[p.to_dict() for p in self.per_prompt])
@@ -262,14 +269,14 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, alpha=s.alpha,
         mean_k=s.mean_k, per_position=s.per_position, histogram=s.histogram,
         c=c, v=v, bound=bound, identical=identical, mismatch=mismatch,
-        paused=s.paused_share, limit=s.limit,
+        paused=s.paused_share, limit=s.limit, lookup_share=s.lookup_share if cfg.proposer != "lookup" else None,
         tokens=len(plain[0].tokens), plain_runs=[r.tps for r in plain], spec_runs=[r.tps for r in spec],
         pooled=s,
     )
 
 
 def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, reference: Optional[str],
-               skipped: list) -> BenchResult:
+               skipped: list, index_bytes: Optional[int] = None) -> BenchResult:
     pooled = pool([p.pooled for p in per_prompt]) if per_prompt else None
     speedup, bound = median([p.speedup for p in per_prompt]), median([p.bound for p in per_prompt])
     return BenchResult(
@@ -306,4 +313,6 @@ def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, refer
         },
         per_prompt=list(per_prompt),
         skipped=skipped,
+        lookup_share=pooled.lookup_share if pooled and cfg.proposer != "lookup" else None,
+        lookup_index_bytes=index_bytes,
     )

@@ -114,13 +114,14 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     own = [tune.Candidate.model(pair.draft.path)] if pair.draft is not None else []
     names = {s.strip() for s in (req.drafts or "all").split(",") if s.strip()}
     free = [tune.LOOKUP] + ([tune.MTP] if pair.has_mtp else [])  # no model to load: prompt lookup, MTP head
-    own_names = {"lookup", "mtp"} | {c.id for c in own} | {Path(c.path).name for c in own}
+    both = [tune.Candidate.combined(pair.draft.path)] if pair.draft is not None else []  # ranked beside them
+    own_names = {"lookup", "mtp", "auto"} | {c.id for c in own} | {Path(c.path).name for c in own}
     if (req.quick and names <= {"all"}) or (names and names <= own_names):
-        pool = own + free  # no need to open every installed model
+        pool = own + free + both  # no need to open every installed model
     else:
         found = discover(pair, on_skip)
         known = {str(Path(c.path).resolve()) for c in found}
-        pool = found + [c for c in own if str(Path(c.path).resolve()) not in known] + free
+        pool = found + [c for c in own if str(Path(c.path).resolve()) not in known] + free + both
     candidates = tune.select(pool, req.drafts or "all")
     if not candidates:
         raise ValueError("no candidate drafts")

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 from app.engine.errors import BadInput
 from app.engine.pair import Pair
 
-CATEGORIES = ("code", "chat", "summarize", "math")
+CATEGORIES = ("code", "chat", "summarize", "math", "edit")
 
 
 class PromptFileError(BadInput, ValueError):
@@ -67,9 +67,11 @@ def parse_prompts(lines: Sequence[str], source: str) -> list[Prompt]:
 def builtin_suite(category: str = "all") -> list[Prompt]:
     text = resources.files("app.lab").joinpath("data/suite.jsonl").read_text(encoding="utf-8")
     prompts = parse_prompts(text.splitlines(), "suite.jsonl")
-    if category not in ("all", *CATEGORIES):
-        raise PromptFileError(f"unknown suite {category!r}; choose all or one of {', '.join(CATEGORIES)}")
-    return [p for p in prompts if category == "all" or p.category == category]
+    wanted = set(CATEGORIES) if category == "all" else {c.strip() for c in category.split(",")}
+    if not wanted <= set(CATEGORIES):
+        raise PromptFileError(f"unknown suite {category!r}; choose all, or one or more (comma-separated) of "
+                              f"{', '.join(CATEGORIES)}")
+    return [p for p in prompts if p.category in wanted]
 
 
 def load_prompts(path: Optional[str | Path] = None, category: str = "all") -> list[Prompt]:

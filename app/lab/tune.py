@@ -41,8 +41,8 @@ Progress = Callable[[int, int, str, Optional[float]], None]  # done, total, what
 
 @dataclass(frozen=True)
 class Candidate:
-    """Something that drafts: a GGUF model (``path``), prompt lookup (``proposer="lookup"``) or the target's
-    MTP head (``proposer="mtp"``)."""
+    """Something that drafts: a GGUF model (``path``), prompt lookup (``proposer="lookup"``), the target's MTP
+    head (``proposer="mtp"``) or a model and lookup chosen per step (``"auto"``, ``path``)."""
     id: str
     proposer: str = "draft"
     path: Optional[str] = None
@@ -50,6 +50,11 @@ class Candidate:
     @classmethod
     def model(cls, path: Union[str, Path]) -> "Candidate":
         return cls(id=Path(path).stem, proposer="draft", path=str(path))
+
+    @classmethod
+    def combined(cls, path: Union[str, Path]) -> "Candidate":
+        """Prompt lookup and this draft model, chosen per step (proposer "auto")."""
+        return cls(id=f"auto ({Path(path).stem} + lookup)", proposer="auto", path=str(path))
 
 
 LOOKUP = Candidate("lookup", "lookup", None)
@@ -101,6 +106,7 @@ def select(candidates: Sequence[Candidate], spec: str) -> list[Candidate]:
     for c in candidates:
         by_key.update({c.id: c, Path(c.path).name if c.path else c.id: c})
     by_key.setdefault("lookup", LOOKUP)
+    by_key.update({"auto": c for c in candidates if c.proposer == "auto"})  # (the first's, the pair's own)
     chosen = []
     for name in (s.strip() for s in spec.split(",") if s.strip()):
         if name not in by_key:
@@ -287,7 +293,7 @@ class _DraftSlot:
         self.original = pair.draft
 
     def use(self, cand: Candidate) -> None:
-        if cand.proposer != "draft":
+        if cand.proposer not in ("draft", "auto"):
             return
         current = self.pair.draft
         if current is not None and Path(current.path).resolve() == Path(cand.path).resolve():

@@ -130,7 +130,7 @@ def save_tuned(pair_id: str, settings: dict[str, Any], machine: Optional[dict] =
 def load_tuned(pair_id: Optional[str], machine: Optional[dict] = None) -> Optional[dict]:
     """The tuned settings for ``pair_id`` on this machine, or None (never tuned here).
 
-    Keys: proposer ("draft" | "lookup"), draft (model path, None for lookup), draft_id, k (int | "auto"),
+    Keys: proposer ("auto" | "draft" | "lookup"), draft (model path, None for lookup), draft_id, k (int | "auto"),
     p_min, expected_speedup; plus category, spread, run_id, tuned_at and by_category when known.
     """
     if not pair_id:

@@ -108,6 +108,10 @@ def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional
             # auto K's pauses: target passes that drafted nothing because drafting would not have paid, and why
             paused_target_passes=int(summary.paused_steps),
             paused_reason=summary.limit,
+            lookup_draft_tokens_count=int(summary.lookup_drafted),  # by drafter: prompt lookup …
+            lookup_accepted_tokens_count=int(summary.lookup_accepted),
+            model_draft_tokens_count=int(summary.model_drafted),  # … and the draft model
+            model_accepted_tokens_count=int(summary.model_accepted),
         )
     return out
 
@@ -132,6 +136,8 @@ def llamacpp_timings(summary: Summary, *, prompt_tokens: int, prompt_s: float, c
         "predicted_per_second": summary.tokens_per_s,
         "draft_n": int(summary.drafted),
         "draft_n_accepted": int(summary.accepted),
+        "draft_lookup_n": int(summary.lookup_drafted),  # of draft_n: proposed by prompt lookup
+        "draft_lookup_n_accepted": int(summary.lookup_accepted),
     }
 
 

@@ -80,7 +80,7 @@ class _Common(_Strict):
     presence_penalty: Optional[Number] = None
     # Tandem's speculative settings (the /chat names) and llama.cpp's sampling extras
     speculative: Optional[StrictBool] = None
-    proposer: Optional[Literal["draft", "lookup", "mtp"]] = None
+    proposer: Optional[Literal["auto", "draft", "lookup", "mtp"]] = None
     k: Union[StrictInt, Literal["auto"], None] = None
     k_max: Optional[StrictInt] = None
     p_min: Optional[Number] = None

@@ -22,12 +22,12 @@ def measure_baseline(state: AppState, tokens: int = 64, repeats: int = 2) -> dic
             raise RuntimeError("no pair is loaded")
         ids = pair.chat_prompt(PROMPT)
         greedy = SamplerSettings(temperature=0.0)
-        measure(pair, ids, GenConfig(max_tokens=8, sampler=greedy, speculative=False))  # warm-up
-        runs = [measure(pair, ids, GenConfig(max_tokens=tokens, sampler=greedy, speculative=False))
+        measure(pair, ids, GenConfig(max_tokens=8, sampler=greedy, speculative=False), forget=False)  # warm-up
+        runs = [measure(pair, ids, GenConfig(max_tokens=tokens, sampler=greedy, speculative=False), forget=False)
                 for _ in range(repeats)]
         tps = statistics.median(r.tps for r in runs)
         n = int(statistics.median(len(r.tokens) for r in runs))
-        pair.reset()
+        pair.reset(lookup=False)  # (a chat's lookup memory stays)
         return state.save_baseline(tps, n)
 
 
@@ -40,9 +40,8 @@ def warm_up(state: AppState, tokens: int = 8) -> None:
         ids = pair.chat_prompt([{"role": "user", "content": "Hello"}])
         greedy = SamplerSettings(temperature=0.0)
         for spec in (False, True):
-            proposer = "draft" if pair.draft is not None else "lookup"
-            measure(pair, ids, GenConfig(max_tokens=tokens, sampler=greedy, speculative=spec, proposer=proposer))
-        pair.reset()
+            measure(pair, ids, GenConfig(max_tokens=tokens, sampler=greedy, speculative=spec), forget=False)
+        pair.reset(lookup=False)  # (a chat's lookup memory stays)
 
 
 def measure_plain(state: AppState, messages: list[dict], resolved: dict, tokens: int) -> dict:
@@ -54,8 +53,8 @@ def measure_plain(state: AppState, messages: list[dict], resolved: dict, tokens:
             raise RuntimeError("no pair is loaded")
         ids = pair.chat_prompt(messages)
         cfg = replace(to_config(resolved, speculative=False), max_tokens=max(int(tokens), 1))
-        run = measure(pair, ids, cfg)
-        pair.reset()
+        run = measure(pair, ids, cfg, forget=False)
+        pair.reset(lookup=False)  # (a chat's lookup memory stays)
         if not run.tokens:
             raise RuntimeError("the plain run produced no tokens")
         return state.save_baseline(run.tps, len(run.tokens))

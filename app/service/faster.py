@@ -63,7 +63,7 @@ def ensure_pair(state: AppState, machine, say: Say) -> str:
 def use_draft(state: AppState, settings: dict) -> str:
     """Load the draft a recommendation names when another one is loaded; a sentence (or "") for the user."""
     loaded = state.pair.draft.path if state.pair is not None and state.pair.draft is not None else None
-    wanted = settings.get("draft") if settings.get("proposer") == "draft" else None
+    wanted = settings.get("draft") if settings.get("proposer") in ("draft", "auto") else None
     if not wanted or state.pair is None or (loaded and Path(wanted).resolve() == Path(loaded).resolve()):
         return ""
     try:

@@ -24,9 +24,10 @@ class Metrics:
         self.generations = Counter("tandem_generations", "Generations completed, by mode",
                                    ["mode"], registry=r)
         self.emitted = Counter("tandem_emitted_tokens", "Tokens generated (emitted by the target)", registry=r)
-        self.drafted = Counter("tandem_draft_tokens", "Tokens proposed by the draft (or prompt lookup)",
-                               registry=r)
-        self.accepted = Counter("tandem_accepted_tokens", "Drafted tokens the target accepted", registry=r)
+        self.drafted = Counter("tandem_draft_tokens", "Tokens proposed, by drafter (the draft model or lookup)",
+                               ["drafter"], registry=r)
+        self.accepted = Counter("tandem_accepted_tokens", "Drafted tokens the target accepted, by drafter",
+                                ["drafter"], registry=r)
         self.passes = Counter("tandem_target_passes", "Target forward passes (one per decode step)", registry=r)
         self.drafts = Counter("tandem_drafts", "Decode steps that verified a non-empty draft", registry=r)
         self.tested_pos = Counter("tandem_draft_tokens_per_pos",
@@ -55,8 +56,12 @@ class Metrics:
         s = done.stats
         self.generations.labels(mode="speculative" if cfg.speculative else "plain").inc()
         self.emitted.inc(s.tokens)
-        self.drafted.inc(s.drafted)
-        self.accepted.inc(s.accepted)
+        lookup = s.lookup_drafted if cfg.proposer != "lookup" else s.drafted  # (lookup alone: all of them)
+        lookup_ok = s.lookup_accepted if cfg.proposer != "lookup" else s.accepted
+        self.drafted.labels(drafter="draft").inc(s.drafted - lookup)
+        self.drafted.labels(drafter="lookup").inc(lookup)
+        self.accepted.labels(drafter="draft").inc(s.accepted - lookup_ok)
+        self.accepted.labels(drafter="lookup").inc(lookup_ok)
         self.passes.inc(s.steps)
         self.drafts.inc(s.spec_steps)
         for i, n in enumerate(s.tested_at):

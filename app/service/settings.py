@@ -16,7 +16,7 @@ from app.engine.sampling import SamplerSettings
 _GEN = GenConfig()  # the engine's defaults
 DEFAULTS: dict[str, Any] = {
     "speculative": True,  # speculation on/off
-    "proposer": _GEN.proposer,  # "draft" (the draft model), "lookup" (prompt lookup) or "mtp" (the target's MTP head)
+    "proposer": _GEN.proposer,  # "draft" (the draft model), "lookup", "mtp" (the target's MTP head) or "auto" (both)
     "k": _GEN.k,  # draft length: a positive integer or "auto"
     "k_max": DEFAULT_K_MAX,
     "p_min": DEFAULT_P_MIN,

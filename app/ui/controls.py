@@ -79,6 +79,8 @@ def proposer_choices(state: AppState) -> list[tuple[str, str]]:
     """Who may draft for the loaded pair: "MTP (built into the target)" only when its target has an MTP head."""
     choices = [("draft model", "draft"), ("prompt lookup", "lookup")]
     pair = state.pair
+    if pair is None or pair.draft is not None:
+        choices.insert(0, ("auto (both, per step)", "auto"))
     if pair is not None and pair.has_mtp:
         choices.append(("MTP (built into the target)", "mtp"))
     return choices
@@ -126,7 +128,8 @@ def summary_html(settings: dict) -> str:
     if wrong:
         return panel.status_html(f"{wrong} Fix it in Pair settings.", "error")
     r = S.resolve(settings)
-    who = {"lookup": "prompt lookup", "mtp": "the target's MTP head"}.get(r["proposer"], "draft model")
+    who = {"lookup": "prompt lookup", "mtp": "the target's MTP head", "auto": "auto (lookup or the draft model)"}.get(
+        r["proposer"], "draft model")
     t = r["temperature"]
     parts = [f"{who}", panel.k_label(r["k"]), f"T = {t:g}" + (" (greedy)" if t == 0 else ""),
              f"top-p {r['top_p']:g}", f"top-k {r['top_k']}", f"min-p {r['min_p']:g}",
@@ -144,8 +147,9 @@ def build_shared(state: AppState) -> Controls:
     with gr.Row():
         c.add("proposer", gr.Radio(
             choices=proposer_choices(state), value=_offered(d["proposer"], proposer_choices(state)),
-            label="Proposer", info="Who drafts: the small draft model, n-gram lookup in the prompt, or the target's "
-                                   "own MTP head (targets that carry one)."))
+            label="Proposer", info="Who drafts: the small draft model, n-gram lookup in the prompt, auto (each step "
+                                   "lookup where the text repeats, else the draft model), or the target's own MTP head "
+                                   "(targets that carry one)."))
         c.add("k", gr.Textbox(
             value=str(d["k"]), label="K (draft length)", max_lines=1,
             info=f"auto, or {range_text('k')} tokens drafted per target pass; auto adapts K to recent "

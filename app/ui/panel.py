@@ -62,6 +62,11 @@ def legend_html(kinds: Sequence[str] = KINDS) -> str:
         f'<span class="tdm-muted">({esc(KIND_LABELS[k][2])})</span></span>'
         for k in kinds
     )
+    if "accepted" in kinds:  # which drafter: lookup's accepted tokens are underlined, dashed
+        items += ('<span class="tdm-legend-item" title="A draft token prompt lookup proposed (copied from the '
+                  'context or an earlier request) and the target accepted.">'
+                  '<span class="tdm-swatch tdm-tok tdm-accepted tdm-lookup">Ab</span>accepted, from lookup'
+                  '<span class="tdm-muted">(dashed underline)</span></span>')
     return f'<div class="tdm-legend">{items}</div>'
 
 
@@ -169,8 +174,9 @@ def reply_line(summary: Summary, speculative: bool, proposer: str = "draft", k: 
     n, tps = summary.tokens, summary.tokens_per_s
     if not speculative:
         return f"plain decoding: {n} tokens in {summary.t_total:.1f} s · {tps:.1f} tok/s"
-    who = {"lookup": "prompt lookup", "mtp": "MTP head"}.get(proposer, "draft")
-    parts = [f"{who} ({k_label(k, summary.mean_k)}): {summary.accepted} of {summary.drafted} accepted",
+    who = {"lookup": "prompt lookup", "mtp": "MTP head", "auto": "auto"}.get(proposer, "draft")
+    mixed = f" ({summary.lookup_accepted} from lookup)" if proposer == "auto" and summary.lookup_drafted else ""
+    parts = [f"{who} ({k_label(k, summary.mean_k)}): {summary.accepted} of {summary.drafted} accepted{mixed}",
              f"{summary.steps} target passes for {n} tokens", f"{tps:.1f} tok/s"]
     if saved is not None and saved_kind:
         word = "saved" if saved >= 0 else "lost"

@@ -7,7 +7,8 @@ located in the raw reply and split into runs by the token that produced each cha
 parsed before any span exists. Everything written is escaped.
 
 Tokens are small dicts (``compact``): ``t`` text, ``k`` kind, ``s`` step, ``p`` draft position (0-based),
-``q`` the draft's probability, ``d`` the draft's own token where the target corrected it.
+``q`` the draft's probability, ``d`` the draft's own token where the target corrected it, ``w`` which drafter
+proposed it ("lookup" or "draft"; lookup's tokens also get the class ``tdm-lookup``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def compact(tokens: Sequence[Any], draft_texts: Optional[dict] = None) -> list[d
     out = []
     for t in tokens:
         item = {"t": t.text, "k": t.kind, "s": t.step, "p": t.draft_pos, "q": t.draft_prob}
+        if getattr(t, "drafter", None) is not None:
+            item["w"] = str(t.drafter)
         if t.index in draft_texts:
             item["d"] = draft_texts[t.index]
         out.append(item)
@@ -50,7 +53,11 @@ def span(tokens: Sequence[dict], i: int, body: str, extra: str = "") -> str:
         attrs += f' data-q="{tok["q"]:.2f}"'
     if "d" in tok:
         attrs += f' data-d="{esc(visible(tok["d"]))}" data-t="{esc(visible(tok["t"]))}"'
-    return f'<span class="tdm-tok tdm-{esc(tok["k"])}"{attrs}{extra}>{body}</span>'
+    who = tok.get("w")
+    if who:
+        attrs += f' data-w="{esc(who)}"'
+    lookup = " tdm-lookup" if who == "lookup" else ""
+    return f'<span class="tdm-tok tdm-{esc(tok["k"])}{lookup}"{attrs}{extra}>{body}</span>'
 
 
 class _Colourer:

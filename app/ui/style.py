@@ -2,9 +2,10 @@
 
 Each provenance kind has a colour *and* a non-colour cue, in light and dark mode alike: accepted draft =
 tinted background; target-corrected = wavy underline; bonus = dotted overline and underline; plain = no
-tint (in the legend, a dashed frame). ``body.tdm-nocolour`` (the Chat's "Colour tokens" switch) turns the colouring off: its rule is
-``!important`` because Gradio also serves every rule prefixed with its container's classes, which would
-outrank a plain ``body.…`` selector.
+tint (in the legend, a dashed frame). A draft token that prompt lookup proposed (rather than the draft model) has
+a dashed underline too (``tdm-lookup``), and the inspector names its drafter. ``body.tdm-nocolour`` (the Chat's
+"Colour tokens" switch) turns the colouring off: its rule is ``!important`` because Gradio also serves every rule
+prefixed with its container's classes, which would outrank a plain ``body.…`` selector.
 """
 
 TOKENS_CSS = """
@@ -14,6 +15,8 @@ TOKENS_CSS = """
 .tdm-corrected{background:rgba(239,68,68,.24);text-decoration:underline wavy #dc2626;cursor:pointer}
 .tdm-bonus{background:rgba(59,130,246,.24);text-decoration:underline overline dotted #2563eb}
 .tdm-plain{background:transparent}
+.tdm-accepted.tdm-lookup{text-decoration:underline dashed #15803d}
+.dark .tdm-accepted.tdm-lookup{text-decoration-color:#86efac}
 .tdm-swatch.tdm-plain{outline:1px dashed rgba(100,116,139,.7);outline-offset:-1px}
 .dark .tdm-accepted{background:rgba(74,222,128,.26)}
 .dark .tdm-corrected{background:rgba(248,113,113,.34);text-decoration-color:#fca5a5}
@@ -143,6 +146,7 @@ HEAD = """<script>
     const d = el.dataset, out = [];
     if (d.s) out.push("target pass " + d.s);
     if (d.p) out.push("draft position " + d.p);
+    if (d.w) out.push(d.w === "lookup" ? "proposed by prompt lookup" : "proposed by the draft model");
     if (d.q && kindOf(el) !== "corrected") out.push("draft p = " + d.q);
     return out;
   }

@@ -83,8 +83,9 @@ def test_bad_prompts_file_is_a_clear_error(tmp_path):
 
 def test_builtin_suite_covers_the_categories():
     cats = {p.category for p in builtin_suite()}
-    assert cats == {"code", "chat", "summarize", "math"}
+    assert cats == {"code", "chat", "summarize", "math", "edit"}
     assert all(p.category == "math" for p in builtin_suite("math"))
+    assert {p.category for p in builtin_suite("code, edit")} == {"code", "edit"}  # a comma list
 
 
 def test_setup_is_instant_on_rerun_and_files_are_verified(smol_paths):

@@ -12,8 +12,8 @@ class ScriptedCosts(DraftLength):
     """The real controller, fed scripted timings instead of the machine's (so what it decides does not depend
     on the load of the test machine): verifying n tokens costs n steps, a draft token half a step."""
 
-    def update(self, drafted, accepted, t_draft, t_verify, synced=1, t_sync=0.0):
-        super().update(drafted, accepted, 0.03 * drafted, 0.06 * (drafted + 1), synced)
+    def update(self, drafted, accepted, t_draft, t_verify, synced=1, t_sync=0.0, free=0):
+        super().update(drafted, accepted, 0.03 * (drafted - free), 0.06 * (drafted + 1), synced, free=free)
 
 
 def paused_controller(k_max: int = 16) -> DraftLength:

@@ -155,7 +155,7 @@ class ResumingLength:
     def begin(self) -> None:
         pass
 
-    def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0) -> None:
+    def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0, free=0) -> None:
         self.paused, self.k = False, 4
 
     def limit(self):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app.lab.prompts import builtin_suite
 from app.lab import tune
 from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab
@@ -179,7 +180,8 @@ def test_candidates_are_the_installed_compatible_drafts_and_lookup(smol_pair, sm
     assert not any("gemma" in i or "qwen" in i for i in ids) and any("gemma" in name for name in skipped)
     assert not any("smollm2" in name.lower() for name in skipped)
     assert cfg.ks == [1, 2, 3, "auto"] and cfg.cells()[-1] == ("auto", cfg.p_mins[0])
-    assert len(cfg.prompts) == 9 and cfg.max_tokens == tune.FULL_MAX_TOKENS
+    assert len(cfg.prompts) == len(builtin_suite()) and cfg.max_tokens == tune.FULL_MAX_TOKENS
+    assert any(c.proposer == "auto" for c in cfg.candidates)  # auto ranked beside the single drafters
     with pytest.raises(ValueError, match="unknown draft"):
         plan(smol_pair, LabRequest(drafts="no-such-model"))
 

@@ -200,8 +200,11 @@ def test_metrics_parse_and_grow_by_what_a_request_did(base, client):
     after = metrics(base)
     stats = reply.model_extra["stats"]
     assert grew(before, after, "tandem_emitted_tokens_total") == reply.usage.completion_tokens
-    assert grew(before, after, "tandem_draft_tokens_total") == stats["total_draft_tokens_count"]
-    assert grew(before, after, "tandem_accepted_tokens_total") == stats["accepted_draft_tokens_count"]
+    for name, key, lookup in (("tandem_draft_tokens_total", "total_draft_tokens_count", "lookup_draft_tokens_count"),
+                              ("tandem_accepted_tokens_total", "accepted_draft_tokens_count",
+                               "lookup_accepted_tokens_count")):  # by drafter
+        assert grew(before, after, name, drafter="lookup") == stats[lookup]
+        assert grew(before, after, name, drafter="draft") + stats[lookup] == stats[key]
     assert grew(before, after, "tandem_target_passes_total") == stats["target_passes"]
     assert grew(before, after, "tandem_prompt_tokens_total") == reply.usage.prompt_tokens
     assert grew(before, after, "tandem_requests_total", endpoint="chat.completions", status=200) == 1

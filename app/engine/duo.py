@@ -1,0 +1,134 @@
+"""The combined drafter (``proposer="auto"``): prompt lookup where the text repeats, the draft model elsewhere,
+chosen per step from measured costs (``mix.py``), through the same verify and rollback as either alone.
+
+Lookup reads a :class:`~app.engine.suffix.SuffixIndex` that holds the current context and the earlier prompts
+and replies this pair served (the ``Pair`` owns it), so a second request about the same code finds the first
+answer's text. Lookup tokens are deterministic (q = one-hot: ``None`` rows in ``Draft.q``); draft-model tokens
+carry the draft's distributions, conditioned on the lookup tokens before them, so exact rejection sampling
+holds for the mixture position by position.
+
+The draft-length controller (``draftlen.DraftLength``) still owns the draft model's K, its pauses and probes;
+this proposer reads it (``bind``) and follows it while it probes or has not measured yet. Lookup steps report
+their verify passes to the controller (the verify cost fit learns from them) but not as the draft's
+acceptance or cost (``Draft.lookup`` tokens are *free* for it). How each lookup proposal fared is read back
+from the history at the next step, per match length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Optional, Sequence
+
+import numpy as np
+
+from app.engine.coupled import GumbelNoise
+from app.engine.draftlen import DraftLength, lower_median
+from app.engine.mix import Choice, LookupAcceptance, choose
+from app.engine.proposers import Draft, DraftModelProposer
+from app.engine.sampling import SamplerSettings
+from app.engine.suffix import SuffixIndex
+
+FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
+CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
+CATCH_MIN = 8  # catch-ups of at least this many tokens time the per-token cost (shorter ones are mostly overhead)
+
+
+class DuoProposer:
+    """Lookup over the pair's suffix index and the draft model, one of them (or both) each step."""
+
+    name = "auto"
+    couples = True  # the draft model's tokens sample with the coupled rule's noise; lookup's are deterministic
+    mixes = True  # the loop hands it the draft limit; it reads the controller's K for the draft model itself
+
+    def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance):
+        self.draft, self.index, self.acceptance = draft, index, acceptance
+        self.length: Optional[DraftLength] = None
+        self._last: Optional[tuple] = None  # (history length, lookup tokens proposed, match length)
+        self._catch: deque = deque(maxlen=8)  # recent catch-up seconds per token read by the draft model
+        self.last_choice = Choice()
+
+    def bind(self, length: DraftLength) -> None:
+        """The draft-length controller of this generation."""
+        self.length = length
+
+    def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
+        self.draft.begin(prompt, warm)
+        self.index.start(prompt)
+        self._last = None
+
+    def time_tokens(self, history: Sequence[int], k: int) -> float:
+        return self.draft.time_tokens(history, k)
+
+    def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings, rng: np.random.Generator,
+                sample: bool, noise: Optional[GumbelNoise] = None) -> Draft:
+        """Up to ``k`` tokens: lookup's, the draft model's (at most the controller's K), or lookup's then the
+        draft model's."""
+        t0 = time.perf_counter()
+        self._learn(history)
+        self.index.sync(history)
+        ln = self.length
+        k_d = min(ln.k, k) if ln is not None else 0
+        if ln is None or ln.probing or (ln.auto and not ln.measured()):
+            choice = Choice(draft=k_d)  # the controller measures: do as it says
+            match = None
+        else:
+            match = self.index.longest(k)
+            choice = self._choose(ln, match, k, k_d)
+        self.last_choice = choice
+        lookup = list(match.tokens[:choice.lookup]) if match is not None and choice.lookup else []
+        out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
+                    lookup=len(lookup))
+        if choice.draft > 0:
+            d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise)
+            out.tokens += d.tokens
+            out.probs += d.probs
+            if sample:
+                out.q += d.q or []
+            out.synced, out.t_sync = d.synced, d.t_sync
+            if d.synced >= CATCH_MIN and d.t_sync > 0:
+                self._catch.append(d.t_sync / d.synced)
+        if lookup:
+            self._last = (len(history), tuple(lookup), match.length)
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def finish(self, history: Sequence[int]) -> None:
+        """The generation ended at ``history``: index all of it (the next request may quote it)."""
+        self._learn(history)
+        self.index.sync(history)
+
+    def _choose(self, ln: DraftLength, match, k: int, k_d: int) -> Choice:
+        n_avail = len(match.tokens) if match is not None else 0
+        if not ln.auto:  # a fixed K: no costs measured to weigh; a long match is taken, else the draft model
+            return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
+        a, b = ln.verify_line()
+        t_d = ln.t_d or 0.0
+        t_c = lower_median(self._catch)
+        return choose(a, b, alpha_l=self.acceptance.alpha(match.length) if match is not None else 0.0,
+                      n_avail=n_avail, k_d=k_d, alpha_d=min(ln.alpha, 0.999), t_d=t_d,
+                      t_c=t_c if t_c is not None else CATCH_PRIOR * t_d, can_extend=n_avail < k, k_max=k)
+
+    def _learn(self, history: Sequence[int]) -> None:
+        """How the last lookup proposal fared: the history now holds what the target kept of it."""
+        if self._last is None:
+            return
+        start, proposed, match_len = self._last
+        self._last = None
+        if len(history) <= start:
+            return  # a new generation: nothing was verified
+        kept = 0
+        for tok, seen in zip(proposed, history[start:]):
+            if tok != seen:
+                break
+            kept += 1
+        if kept == len(proposed) and len(history) - start <= kept:
+            return  # the generation ended inside the proposal: not judged past what was emitted
+        self.acceptance.record(match_len, len(proposed), kept)
+
+    def memory(self) -> int:
+        """Bytes held by the lookup index."""
+        return self.index.nbytes()
+
+    def close(self) -> None:
+        """The index and the draft model belong to the Pair."""

@@ -1,0 +1,113 @@
+"""Two drafters at once: before each step, prompt lookup, the draft model, lookup extended by the draft model,
+or no draft — whichever is expected to give the most tokens per second under what was measured.
+
+For a proposal of ``n_l`` lookup tokens followed by ``n_d`` draft-model tokens (either may be 0), with
+per-token acceptance ``alpha_l`` for lookup tokens (measured for matches of that length) and ``alpha_d`` for
+the draft's (Leviathan et al.'s i.i.d. assumption, position by position):
+
+    E(n_l, n_d) = 1 + sum_{i=1..n_l} alpha_l^i + alpha_l^n_l * sum_{j=1..n_d} alpha_d^j
+    cost(n_l, n_d) = n_l * t_c [n_d > 0] + (E - 1) * t_c [n_d = 0, the draft model in use] + n_d * t_d
+                     + t_v(n_l + n_d + 1),   t_v(n) = a + b n
+
+and the step takes ``argmax E / cost`` over: no draft (E = 1, cost t_v(1)); the draft model at the controller's
+K (``draftlen.py``); lookup proposals of length 1 .. what the match offers; and, where the match's
+continuation ends before the draft limit, the whole continuation extended by 1 .. K draft tokens. Lookup costs
+no draft time (a dictionary query), but a draft model that is in use must read what lookup's step emitted
+before it drafts again: ``t_c`` per token (a batched catch-up, measured: on the demo pair's 2-core CPU about
+0.55 of a draft token, a fifth of a target step), charged to a lookup step for the tokens it is expected to
+emit, and to an extension for the lookup tokens the draft reads before extending them.
+
+Lookup acceptance depends on how long the match is (a 2-token match is a guess; a 20-token match is a copy),
+so it is estimated per match-length bucket, with a weak prior and exponential forgetting.
+
+References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192), Eq. 1; Saxena 2023, prompt lookup
+decoding; Oliaro et al. 2024, SuffixDecoding (arXiv:2411.04975): match length as the lookup's confidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCKETS[i] up to the next
+# A weak prior per bucket (two judged tokens): the longer the match, the likelier a copy — high enough that a
+# long match is tried against a good draft model (a bucket never tried would never be measured).
+PRIOR_ALPHA_L = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+PRIOR_TRIALS_L = 2.0
+FORGET_L = 0.95  # per judged lookup proposal: a bucket follows its last ~20 proposals
+MARGIN = 0.02  # a lookup proposal must beat a plain step by 2 % (as the draft model must: draftlen.py)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What to draft this step: ``lookup`` tokens from the match, then ``draft`` tokens from the draft model
+    (both 0: a plain step); ``rate``: the expected tokens per second."""
+
+    lookup: int = 0
+    draft: int = 0
+    rate: float = 0.0
+
+
+class LookupAcceptance:
+    """Per-token acceptance of lookup proposals, by match-length bucket."""
+
+    def __init__(self):
+        self.accepted = [a * PRIOR_TRIALS_L for a in PRIOR_ALPHA_L]
+        self.trials = [PRIOR_TRIALS_L] * len(BUCKETS)
+
+    @staticmethod
+    def bucket(match_len: int) -> int:
+        return max(i for i, lo in enumerate(BUCKETS) if match_len >= lo or i == 0)
+
+    def alpha(self, match_len: int) -> float:
+        b = self.bucket(match_len)
+        return self.accepted[b] / self.trials[b]
+
+    def record(self, match_len: int, proposed: int, accepted: int) -> None:
+        """``proposed`` lookup tokens verified, the first ``accepted`` of them kept."""
+        if proposed <= 0:
+            return
+        b = self.bucket(match_len)
+        judged = min(accepted + 1, proposed)
+        self.accepted[b] = self.accepted[b] * FORGET_L + accepted
+        self.trials[b] = self.trials[b] * FORGET_L + judged
+
+
+def expected_mixed(alpha_l: float, n_l: int, alpha_d: float = 0.0, n_d: int = 0) -> float:
+    """E(n_l, n_d): expected tokens per target pass for n_l lookup tokens then n_d draft tokens."""
+    e, run = 1.0, 1.0
+    for _ in range(n_l):
+        run *= alpha_l
+        e += run
+    for _ in range(n_d):
+        run *= alpha_d
+        e += run
+    return e
+
+
+def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_d: float, t_d: float,
+           t_c: float, can_extend: bool, k_max: int) -> Choice:
+    """The best proposal for one step (see the module docstring): ``a, b`` the verify cost line, ``n_avail``
+    lookup tokens the match offers, ``k_d`` the draft model's K (0: it should not draft now),
+    ``can_extend``: the match's continuation ended before the draft limit, so draft tokens may follow it."""
+    tv = lambda n: a + b * n  # noqa: E731
+    plain = Choice(rate=1.0 / tv(1))
+    best = plain
+    if k_d > 0:
+        best = max(best, Choice(draft=k_d, rate=expected_mixed(0.0, 0, alpha_d, k_d) / (k_d * t_d + tv(k_d + 1))),
+                   key=_rate)
+    catch = t_c if k_d > 0 else 0.0  # the draft model will read lookup's tokens before it drafts again
+    lookups = [Choice(lookup=n, rate=(e := expected_mixed(alpha_l, n)) / (tv(n + 1) + (e - 1) * catch))
+               for n in range(1, n_avail + 1)]
+    best_lookup = max(lookups, key=_rate, default=None)
+    if best_lookup is not None and best_lookup.rate > plain.rate * (1 + MARGIN) and best_lookup.rate > best.rate:
+        best = best_lookup
+    if can_extend and n_avail > 0 and k_d > 0:
+        for j in range(1, min(k_d, k_max - n_avail) + 1):
+            rate = expected_mixed(alpha_l, n_avail, alpha_d, j) / (n_avail * t_c + j * t_d + tv(n_avail + j + 1))
+            if rate > best.rate and rate > plain.rate * (1 + MARGIN):
+                best = Choice(lookup=n_avail, draft=j, rate=rate)
+    return best
+
+
+def _rate(c: Choice) -> float:
+    return c.rate

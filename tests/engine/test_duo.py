@@ -1,0 +1,172 @@
+"""Two drafters at once (proposer "auto": prompt lookup and the draft model, chosen per step).
+
+Exactness of mixed drafts on synthetic distributions (chi-squared, fixed seeds: lookup tokens are
+deterministic, q = one-hot, the draft model's tokens are sampled from q after them); the choice's arithmetic;
+the controller learning only from the draft model's tokens; and through the real loop on the demo pair: the
+greedy output equals plain decoding, tokens say which drafter proposed them, a seed holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.engine.draftlen import DraftLength
+from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
+from app.engine.loop import GenConfig, run
+from app.engine.mix import BUCKETS, Choice, LookupAcceptance, choose, expected_mixed
+from app.engine.sampling import SamplerSettings
+from app.engine.stats import expected_tokens
+from app.engine.verify import rejection_sample, sample_from
+from app.lab.prompts import builtin_suite
+
+DRAWS = 20_000
+CHI2_CRIT = {2: 13.816, 3: 16.266, 4: 18.467, 5: 20.515}  # significance 0.001
+
+P = np.array([0.1, 0.2, 0.3, 0.25, 0.15])
+Q = np.array([0.3, 0.3, 0.2, 0.1, 0.1])
+
+
+def chi2(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
+    mask = probs > 0
+    expected = probs[mask] * counts.sum()
+    assert counts[~mask].sum() == 0, "a token with zero target probability was emitted"
+    return float(((counts[mask] - expected) ** 2 / expected).sum()), int(mask.sum() - 1)
+
+
+# lookup tokens first (deterministic), then draft-model tokens sampled from q; the targets p_i per position
+MIXES = {
+    "lookup_then_draft": ([2], 2),
+    "two_lookup_then_draft": ([3, 1], 1),
+    "lookup_the_target_never_picks": ([0], 2),  # p(0) = 0 at the first position
+    "lookup_only": ([2, 2, 4], 0),
+}
+
+
+@pytest.mark.parametrize("mix", sorted(MIXES))
+def test_mixed_drafts_keep_the_targets_distribution(mix):
+    lookup, n_draft = MIXES[mix]
+    gamma = len(lookup) + n_draft
+    p0 = np.array([0.0, 0.3, 0.3, 0.25, 0.15]) if mix == "lookup_the_target_never_picks" else P
+    p_rows = np.stack([np.roll(p0, i) if i else p0 for i in range(gamma + 1)])
+    q_rows = [None] * len(lookup) + [np.roll(Q, j + 1) for j in range(n_draft)]  # None: q = one-hot (lookup)
+    rng = np.random.default_rng(2024)
+    counts = np.zeros((gamma + 1, 5), dtype=np.int64)
+    for _ in range(DRAWS):
+        draft = list(lookup) + [sample_from(q_rows[i], rng) for i in range(len(lookup), gamma)]
+        n, nxt = rejection_sample(p_rows, q_rows, draft, rng)
+        for i, tok in enumerate(draft[:n] + [nxt]):
+            counts[i, tok] += 1
+    # the targets are position-wise independent here, so each position's marginal over the runs reaching it is p_i
+    for i in range(gamma + 1):
+        if counts[i].sum() < 500:
+            continue
+        stat, df = chi2(counts[i], p_rows[i])
+        assert stat < CHI2_CRIT[df], f"{mix}, position {i}: chi2={stat:.1f} (df={df}) counts={counts[i]}"
+
+
+def test_expected_tokens_of_a_mixed_draft():
+    assert expected_mixed(0.7, 4) == pytest.approx(expected_tokens(0.7, 4))
+    assert expected_mixed(0.0, 0, 0.8, 3) == pytest.approx(expected_tokens(0.8, 3))
+    # all lookup tokens accepted with probability 0.9^2, then the draft's 0.5 per token
+    assert expected_mixed(0.9, 2, 0.5, 2) == pytest.approx(1 + 0.9 + 0.81 + 0.81 * (0.5 + 0.25))
+
+
+def test_choice_takes_a_long_trusted_match_and_leaves_a_doubtful_one():
+    common = dict(k_d=6, alpha_d=0.9, t_d=0.010, t_c=0.003, can_extend=False, k_max=16)
+    a, b = 0.022, 0.004  # the demo pair's verify line on this CPU (seconds)
+    copy = choose(a, b, alpha_l=0.97, n_avail=16, **common)
+    assert copy.lookup >= 12 and copy.draft == 0
+    guess = choose(a, b, alpha_l=0.3, n_avail=16, **common)
+    assert guess == Choice(draft=6, rate=guess.rate)
+    # no draft model worth running (paused): lookup or nothing
+    assert choose(a, b, alpha_l=0.1, n_avail=2, **dict(common, k_d=0)).lookup == 0
+    assert choose(a, b, alpha_l=0.9, n_avail=8, **dict(common, k_d=0)).lookup > 0
+    # a short match whose continuation ends early is extended by a cheap draft model (a dear one: not)
+    ext = choose(a, b, alpha_l=0.95, n_avail=3, **dict(common, can_extend=True, t_d=0.002))
+    assert choose(a, b, alpha_l=0.95, n_avail=3, **dict(common, can_extend=True)).draft == 0
+    assert ext.lookup == 3 and ext.draft > 0
+
+
+def test_lookup_acceptance_is_learnt_per_match_length():
+    acc = LookupAcceptance()
+    assert acc.alpha(40) > acc.alpha(2)  # the prior trusts long matches more
+    for _ in range(30):
+        acc.record(40, 10, 0)  # long matches keep failing here
+        acc.record(2, 4, 4)
+    assert acc.alpha(40) < 0.2 and acc.alpha(2) > 0.8
+    assert acc.bucket(BUCKETS[-1] + 100) == len(BUCKETS) - 1 and acc.bucket(0) == 0
+
+
+def test_the_controller_learns_only_from_the_draft_models_tokens():
+    ln = DraftLength("auto", 16)
+    ln.update(0, 0, 0.0, 0.020)  # a plain pass
+    ln.update(4, 4, 0.040, 0.030)  # the measuring draft: 4 of 4
+    before = ln.alpha, ln.t_d
+    ln.update(10, 3, 0.0001, 0.060, free=10)  # a lookup step: 3 of 10 lookup tokens
+    assert (ln.alpha, ln.t_d) == before  # neither the draft's acceptance nor its cost moved …
+    assert ln._w > 2.5  # … but the verify fit saw the pass
+    ln.update(6, 2, 0.020, 0.050, free=4)  # 4 lookup tokens then 2 draft tokens, a lookup token rejected
+    assert ln.alpha == before[0]
+    ln.update(6, 5, 0.020, 0.050, free=4)  # lookup all kept, then one of two draft tokens
+    assert ln.alpha < before[0]
+
+
+# --- the real loop on the demo pair ------------------------------------------------------------------------
+
+def _run(pair, prompt, **kw):
+    pair.reset()
+    cfg = GenConfig(**kw)
+    return run(pair.target, prompt, cfg, pair.proposer(cfg), length=pair.draft_length(cfg))
+
+
+@pytest.mark.parametrize("k", ["auto", 4])
+def test_greedy_auto_equals_plain_on_edit_and_other_prompts(smol_pair, k):
+    prompts = builtin_suite("edit") + builtin_suite("code,chat")[:2]
+    lookup = 0
+    for prompt in prompts:
+        tokens = prompt.tokens(smol_pair)
+        plain, _ = _run(smol_pair, tokens, max_tokens=96, speculative=False)
+        spec, stats = _run(smol_pair, tokens, max_tokens=96, proposer="auto", k=k)
+        assert spec == plain, f"{prompt.id}: auto (K={k}) differs from plain"
+        lookup += stats.lookup_drafted
+        assert stats.drafted >= stats.lookup_drafted and stats.accepted >= stats.lookup_accepted
+    assert lookup > 0, "the edit prompts should have made auto propose from lookup"
+
+
+def test_token_events_say_which_drafter_and_steps_count_lookup(smol_pair):
+    prompt = next(p for p in builtin_suite("edit") if p.id == "edit-hints").tokens(smol_pair)
+    smol_pair.reset()
+    events = list(smol_pair.generate(prompt, GenConfig(max_tokens=128, proposer="auto")))
+    tokens = [e for e in events if isinstance(e, TokenEvent)]
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    drafters = {t.drafter for t in tokens if t.kind == ACCEPTED}
+    assert drafters == {LOOKUP, MODEL}, drafters
+    assert all(t.drafter is None for t in tokens if t.draft_pos is None)
+    assert sum(s.lookup for s in steps) == done.stats.lookup_drafted > 0
+    assert sum(t.kind == ACCEPTED and t.drafter == LOOKUP for t in tokens) == done.stats.lookup_accepted
+    assert smol_pair.lookup_index.n_tokens >= len(prompt) + len(tokens) - 1
+    assert 0 < smol_pair.lookup_index.nbytes() < 4 * 1024 * 1024
+
+
+def test_a_second_request_finds_the_first_reply(smol_pair):
+    first = next(p for p in builtin_suite("edit") if p.id == "edit-rename")
+    smol_pair.reset()
+    done = list(smol_pair.generate(first.tokens(smol_pair), GenConfig(max_tokens=64, proposer="auto")))[-1]
+    reply = list(done.tokens)[:24]
+    smol_pair.target.reset()  # a new request, the KV cache gone; lookup's memory stays (reset(lookup=False))
+    smol_pair.lookup_index.start(smol_pair.target.tokenize("Explain this:\n", add_special=False) + reply[:8])
+    match = smol_pair.lookup_index.longest(8)
+    assert smol_pair.lookup_index.n_documents >= 2
+    assert match is not None and match.length >= 8  # the first reply's text (or the code it copied) is found
+
+
+def test_a_seed_holds_with_auto(smol_pair):
+    prompt = builtin_suite("edit")[0].tokens(smol_pair)
+    sampler = SamplerSettings(temperature=0.8, seed=11)
+    off, _ = _run(smol_pair, prompt, max_tokens=48, sampler=sampler, speculative=False, rule="coupled")
+    auto, stats = _run(smol_pair, prompt, max_tokens=48, sampler=sampler, proposer="auto", rule="coupled")
+    assert auto == off
+    spec, stats = _run(smol_pair, prompt, max_tokens=48, sampler=sampler, proposer="auto")  # rejection sampling
+    assert len(spec) > 0 and stats.drafted > 0
