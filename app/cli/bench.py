@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=limit("temperature"), default=0.0)
     p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
     p.add_argument("--seed", type=limit("seed"), default=0)
-    p.add_argument("--proposer", choices=PROPOSERS, default=PROPOSERS[0],
-                   help="auto: prompt lookup or the draft model, chosen each step (lookup alone without a draft)")
+    p.add_argument("--proposer", choices=PROPOSERS, default="draft",
+                   help="draft (default): the draft model; auto: prompt lookup or the draft model, chosen each step (lookup alone without a draft); mtp: the target's MTP head")
     p.add_argument("--repeats", type=limit("repeats"), default=1)
     p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=limit("ctx"), default=4096, help="context size")

@@ -41,8 +41,7 @@ Progress = Callable[[int, int, str, Optional[float]], None]  # done, total, what
 
 @dataclass(frozen=True)
 class Candidate:
-    """Something that drafts: a GGUF model (``path``), prompt lookup (``proposer="lookup"``), the target's MTP
-    head (``proposer="mtp"``) or a model and lookup chosen per step (``"auto"``, ``path``)."""
+    """What drafts: a GGUF model (``path``), prompt lookup, the target's MTP head, or ``auto`` (model + lookup)."""
     id: str
     proposer: str = "draft"
     path: Optional[str] = None
@@ -52,8 +51,7 @@ class Candidate:
         return cls(id=Path(path).stem, proposer="draft", path=str(path))
 
     @classmethod
-    def combined(cls, path: Union[str, Path]) -> "Candidate":
-        """Prompt lookup and this draft model, chosen per step (proposer "auto")."""
+    def combined(cls, path: Union[str, Path]) -> "Candidate":  # lookup and this model, chosen per step
         return cls(id=f"auto ({Path(path).stem} + lookup)", proposer="auto", path=str(path))
 
 
