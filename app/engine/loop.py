@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -155,8 +155,9 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     length = length or DraftLength(cfg.k, cfg.k_max)
     length.begin()
     mixes = spec is not None and getattr(spec, "mixes", False)  # the proposer chooses its drafter per step
+    mixer: Any = spec  # a mixing proposer (duo.py) has bind() and finish() besides the protocol
     if mixes:
-        spec.bind(length)
+        mixer.bind(length)
     free: Optional[Proposer] = None  # prompt lookup for the controller's free probes
 
     t0 = time.perf_counter()
@@ -241,7 +242,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         yield step_ev
 
     if mixes:
-        spec.finish(tokens)  # the reply's last tokens join lookup's memory
+        mixer.finish(tokens)  # the reply's last tokens join lookup's memory
     tail = stream.flush()
     if tail:
         text.append(tail)

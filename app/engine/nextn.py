@@ -13,7 +13,7 @@ MTP head pairs with the *next* token (``common/speculative.cpp``, ``common_specu
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
+from typing import Any, Optional
 
 import llama_cpp as L
 import numpy as np
@@ -27,7 +27,7 @@ MTP_ARCHS = frozenset({
 _F32P = ctypes.POINTER(ctypes.c_float)
 
 
-def _bind(mangled: str, argtypes: list, restype) -> Optional[ctypes._CFuncPtr]:
+def _bind(mangled: str, argtypes: list, restype) -> Optional[Any]:
     try:
         fn = getattr(L.llama_cpp._lib, mangled)
     except AttributeError:

@@ -46,6 +46,10 @@ class SuffixIndex:
         if capacity < 16:
             raise ValueError(f"capacity must be at least 16 tokens, not {capacity}")
         self.capacity = capacity
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every document."""
         self._tokens = array("i")
         self._base = 0  # absolute position of _tokens[0] (positions stay valid across evictions)
         self._anchors: dict[int, deque] = {}  # bigram key -> absolute positions right after it
@@ -127,10 +131,6 @@ class SuffixIndex:
             if slot is None:
                 slot = self._anchors[_key(a, b)] = deque(maxlen=CANDIDATES)
             slot.append(base + i)
-
-    def clear(self) -> None:
-        """Forget every document."""
-        self.__init__(self.capacity)
 
     # --- querying -----------------------------------------------------------------------------------------
 
