@@ -140,7 +140,8 @@ def format_table(r: BenchResult) -> str:
                      f"rest from the draft model; lookup index at most {_f((r.lookup_index_bytes or 0) / 1024, '.0f')}"
                      f" KiB")
     if r.limit:
-        lines.append(f"speculation paused on {_f(r.paused, '.0%')} of target passes: {r.limit}")
+        share = _f(r.paused, ".1%" if r.paused is not None and r.paused < 0.01 else ".0%")  # 0.3 %, never "0 %"
+        lines.append(f"speculation paused on {share} of target passes; the last pause said: {r.limit}")
     ref = r.reference
     if ref and ref["kind"] == "local":
         lines.append(f"this machine alone: plain {_f(ref['plain_tps'], '.1f')} t/s, speculative "
