@@ -28,14 +28,17 @@ SUMMARY = {  # Stats.summary(8.0) of STEPS as the untyped implementation returne
     "t_verify_spec": 0.25, "tokens_per_s": 16.0, "t_draft": 0.09375, "t_verify": 0.3125, "t_total": 0.5,
     "baseline_tps": 8.0, "speedup": 2.0, "paused_steps": 1, "probe_steps": 1, "limit": "drafting cannot pay here",
     "c": 0.10714285714285714, "v": 1.0, "bound": 2.442611681028458, "efficiency": 0.8187957240742839,
+    # added since, after the old keys: which drafter (two drafters at once) and the MTP head's sync time
+    "lookup_drafted": 0, "lookup_accepted": 0, "t_sync": 0.0,
 }
 
 BENCH_KEYS = ["baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted", "alpha", "identical",
               "mismatches", "c", "v", "bound", "efficiency", "paused", "limit", "k", "mean_k", "per_position",
-              "histogram", "proposer", "temperature", "max_tokens", "partial", "reference", "per_prompt", "skipped"]
+              "histogram", "proposer", "temperature", "max_tokens", "partial", "reference", "per_prompt", "skipped",
+              "lookup_share", "lookup_index_bytes"]  # the last two added since (two drafters at once)
 ROW_KEYS = ["id", "category", "prompt", "baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted",
             "alpha", "mean_k", "per_position", "histogram", "c", "v", "bound", "identical", "mismatch", "paused",
-            "limit", "tokens", "plain_runs", "spec_runs"]
+            "limit", "tokens", "plain_runs", "spec_runs", "lookup_share"]
 REFERENCE_KEYS = ["reference_tps", "reference_ratio", "reference_speedup"]
 CELL_KEYS = ["draft", "proposer", "draft_path", "k", "p_min", "speedup", "speedup_min", "speedup_max",
              "acceptance_rate", "mean_accepted", "alpha", "mean_k", "c", "v", "bound", "tps", "baseline_tps",
@@ -62,9 +65,10 @@ def test_an_empty_summary_is_an_empty_generations():
     empty = Summary()
     assert empty == Stats().summary() and list(empty.to_dict()) == list(SUMMARY)
     assert empty.to_dict() == {**{k: 0 for k in ("tokens", "steps", "drafted", "accepted", "rejections", "spec_steps",
-                                                 "paused_steps", "probe_steps")},
+                                                 "paused_steps", "probe_steps", "lookup_drafted", "lookup_accepted")},
                                **{k: 0.0 for k in ("acceptance_rate", "mean_accepted", "alpha", "mean_k",
-                                                   "t_verify_spec", "tokens_per_s", "t_draft", "t_verify", "t_total")},
+                                                   "t_verify_spec", "tokens_per_s", "t_draft", "t_verify", "t_total",
+                                                   "t_sync")},
                                **{k: [] for k in ("per_position", "histogram", "tested_at", "accepted_at")},
                                **{k: None for k in ("baseline_tps", "speedup", "limit", "c", "v", "bound",
                                                     "efficiency")}}
@@ -133,13 +137,15 @@ def test_bench_result_to_dict_is_the_bench_json_contract():
         "c": 0.10714285714285714, "v": 1.0, "bound": 2.442611681028458, "efficiency": 0.8187957240742839,
         "paused": 0.2727272727272727, "limit": "drafting cannot pay here", "k": "auto", "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 4, 4], "proposer": "draft", "temperature": 0.0,
-        "max_tokens": 8, "partial": False, "reference": None, "skipped": skipped}
+        "max_tokens": 8, "partial": False, "reference": None, "skipped": skipped, "lookup_share": 0.0,
+        "lookup_index_bytes": None}
     assert out["per_prompt"][1] == {
         "id": "p2", "category": "chat", "prompt": "hi", "baseline_tps": 8.0, "spec_tps": 16.0, "speedup": 2.0,
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.0, "alpha": 0.8333333333333334, "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 2, 2], "c": 0.10714285714285714, "v": 1.0,
         "bound": 2.442611681028458, "identical": True, "mismatch": None, "paused": 0.2,
-        "limit": "drafting cannot pay here", "tokens": 2, "plain_runs": [8.0, 8.0], "spec_runs": [16.0, 16.0]}
+        "limit": "drafting cannot pay here", "tokens": 2, "plain_runs": [8.0, 8.0], "spec_runs": [16.0, 16.0],
+        "lookup_share": 0.0}
     assert json.loads(json.dumps(out)) == out  # plain JSON all the way down
 
     with_ref = [replace(rows[0], reference_tps=7.0, reference_ratio=0.5, reference_speedup=None), rows[1]]
