@@ -18,6 +18,7 @@ import numpy as np
 
 from app.engine import chunking, nextn
 from app.engine.errors import TandemError
+from app.engine.lifetime import Closable
 from app.engine.llamalog import quiet_logs, recorded_log
 from app.engine.memory import DEFAULT_RS_SNAPSHOTS, RecurrentMemory, recurrent_rollback
 from app.engine.placement import Placement, parse as parse_placement
@@ -73,7 +74,7 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-class Model:
+class Model(Closable):
     """A loaded GGUF with its own context holding one sequence (id 0)."""
 
     _rs: Optional[RecurrentMemory] = None  # recurrent memory's book-keeping (None: a KV cache, or a split target)
@@ -371,18 +372,6 @@ class Model:
         L.llama_batch_free(self._batch)
         L.llama_free(self.ctx)
         L.llama_model_free(self.model)
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -34,6 +34,7 @@ import numpy as np
 
 from app.engine import nextn
 from app.engine.backend import BackendError, ContextFullError, Model, RollbackError, _common_prefix
+from app.engine.lifetime import Closable
 from app.engine.proposers import Draft, DraftModelProposer
 
 # A catch-up of at most this many entries is every step's work for an MTP head (the accepted tokens and the
@@ -60,7 +61,7 @@ def mtp_reason(target: Model) -> Optional[str]:
     return why or "the MTP head is not available"
 
 
-class MtpHead:
+class MtpHead(Closable):
     """The MTP context on ``target``'s model: the entries ``(x_j, h_{j-1})`` for a prefix of the history."""
 
     def __init__(self, target: Model):
@@ -173,18 +174,6 @@ class MtpHead:
         self._closed = True
         L.llama_batch_ext_free(self.batch)
         L.llama_free(self.ctx)
-
-    def __enter__(self) -> "MtpHead":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class MtpProposer(DraftModelProposer):
