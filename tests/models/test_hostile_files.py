@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
 
 from app import paths
@@ -20,9 +19,9 @@ from app.lab import history as history_mod
 from app.lab.history import History
 from app.models import compat, library, meta
 from app.models.ggufheader import GGUFError
+from support.tiny_gguf import BASE, finish
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKENS = [f"tok{i}" for i in range(300)]
 
 
 @pytest.fixture
@@ -45,13 +44,8 @@ def gguf_with(path: Path, **fields) -> Path:
             w.add_array(key, value)
         else:
             w.add_uint32(key, value)
-    w.add_token_list(TOKENS)
-    w.add_tensor("token_embd.weight", np.zeros((len(TOKENS), 8), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    w.add_token_list(BASE)
+    return finish(w, path, len(BASE))
 
 
 HOSTILE = [  # (field, value, words in the one-line error)

@@ -26,7 +26,12 @@ def write_tiny(path: Path, tokens=BASE, model="gpt2", pre="default", bos=1, eos=
         w.add_eos_token_id(eos)
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
-    w.add_tensor("token_embd.weight", np.zeros((len(tokens), 8), dtype=np.float32))
+    return finish(w, path, len(tokens))
+
+
+def finish(w: gguf.GGUFWriter, path: Path, n_tokens: int) -> Path:
+    """The one tensor (a zero embedding of ``n_tokens`` rows of 8) and the file written."""
+    w.add_tensor("token_embd.weight", np.zeros((n_tokens, 8), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
