@@ -55,7 +55,7 @@ def build_app(state: AppState) -> gr.Blocks:
         compare_view = compare.build(state, gen, compare_layout)
         _wire_settings(gen, pair_view.gen_status, [chat_view.settings_line, compare_view.settings_line],
                        [chat_view.goto, compare_view.goto], tabs)
-        pair_loaded.then(lambda: _header(state), None, [header], api_visibility="private", queue=False,
+        pair_loaded.then(lambda: _header(state, ready=True), None, [header], api_visibility="private", queue=False,
                          show_progress="hidden")
         pair_loaded.then(lambda: gen.choices(state), None, gen.components,  # MTP offered or not
                          api_visibility="private", queue=False, show_progress="hidden")
@@ -66,8 +66,8 @@ def build_app(state: AppState) -> gr.Blocks:
 
         def on_load(request: gr.Request, data):
             line = summary_html(S.defaults(state.defaults))
-            return [_header(state), pair.info_html(state), *(local + gen).refresh(state), chat.idle_counters(state),
-                    chat.restore(state, chat_view.sessions, request, data), line, line]
+            return [_header(state, ready=True), pair.info_html(state), *(local + gen).refresh(state),
+                    chat.idle_counters(state), chat.restore(state, chat_view.sessions, request, data), line, line]
 
         demo.load(on_load, [chat_view.saved],
                   [header, pair_info, *(local + gen).components, chat_view.counters, chat_view.conversation,
@@ -91,14 +91,17 @@ def _wire_settings(gen: Controls, status: Any, lines: list, gotos: list, tabs: g
         button.click(lambda: gr.Tabs(selected="pair"), None, [tabs], api_visibility="private", queue=False)
 
 
-def _header(state: AppState) -> str:
+def _header(state: AppState, ready: bool = False) -> str:
+    """The title line and the loaded pair; ``ready`` marks the version the page's load handler sends, after
+    which the settings on screen are the current ones (what a browser test waits for before typing)."""
     info = state.describe_pair()
     if info["loaded"]:
         t, d = info["target"], info.get("draft")
         pair = f"target {_model_name(t)} · " + (f"draft {_model_name(d)}" if d else "no draft (prompt lookup only)")
     else:
         pair = "no pair loaded"
-    return (f'<div style="display:flex;justify-content:space-between;align-items:baseline;gap:12px;flex-wrap:wrap">'
+    mark = ' class="tdm-ready"' if ready else ""
+    return (f'<div{mark} style="display:flex;justify-content:space-between;align-items:baseline;gap:12px;flex-wrap:wrap">'
             f'<div><span style="font-size:20px;font-weight:700">Tandem</span> '
             f'<span class="tdm-muted">speculative decoding, locally</span></div>'
             f'<div class="tdm-muted" title="{panel.esc(_files(info))}">{panel.esc(pair)} · '

@@ -44,6 +44,7 @@ def open_page(browser, query: str = "", width: int = 1400, height: int = 1000):
     pg.set_default_timeout(120_000)
     pg.goto(app_url() + query)
     pg.wait_for_selector("#tdm-chat-input textarea")
+    pg.wait_for_selector("#tdm-header .tdm-ready", state="attached")  # the load handler has set every control
     pg.wait_for_function(f"({PROGRESS_JS})() === 0")  # nothing is loading any more
     return pg
 
@@ -70,6 +71,8 @@ def set_slider(page, elem_id: str, value: int, accordion: str = "tdm-chat-sampli
 
 def clear(page) -> None:
     """Clear the chat and wait until it is empty, so later waits cannot match the previous reply."""
+    if not page.locator("#tdm-clear").is_visible():  # a test before this one ended on another tab
+        open_tab(page, "Chat")
     page.click("#tdm-clear")
     page.wait_for_function("document.querySelectorAll('#tdm-chatbot .tdm-msg').length == 0")
     page.wait_for_function("!document.querySelector('#tdm-chat-status .tdm-status-ok')")
@@ -106,15 +109,27 @@ def setting(page, name: str, value: str, expect: str = "", back: str = "Chat") -
     box.fill(value)
     box.press("Tab")  # the change is sent when the field loses focus
     if expect:
-        page.wait_for_function("t => document.querySelector('#tdm-chat-settings').innerText.includes(t)", arg=expect)
+        settings_say(page, expect)
     if back:
         open_tab(page, back)
+
+
+def settings_say(page, text: str, timeout: float = 60_000) -> None:
+    """Wait until Chat's read-only settings line includes ``text``; on a timeout, say what it showed."""
+    from playwright.sync_api import TimeoutError as Timeout
+
+    try:
+        page.wait_for_function("t => document.querySelector('#tdm-chat-settings').innerText.includes(t)", arg=text,
+                               timeout=timeout)
+    except Timeout as exc:
+        shown = page.inner_text("#tdm-chat-settings")
+        raise AssertionError(f"Chat's settings line never said {text!r}; it says {shown!r}") from exc
 
 
 def proposer(page, label: str) -> None:
     open_tab(page, "Pair settings")
     page.locator("#tdm-gen-proposer label", has_text=label).click()
-    page.wait_for_function(f"document.querySelector('#tdm-chat-settings').innerText.includes({label!r})")
+    settings_say(page, label)
     open_tab(page, "Chat")
 
 
@@ -322,7 +337,7 @@ def test_use_this_changes_the_next_chat_message_without_a_reload(page):
     assert speculative == ("speculation off" not in note), note
     if speculative:
         assert page.input_value("#tdm-gen-k textarea, #tdm-gen-k input") == "3"
-        assert "K 3" in page.inner_text("#tdm-chat-settings")
+        settings_say(page, "K 3")
     clear(page)
     set_slider(page, "tdm-chat-max-tokens", 24)
     send(page, "Name three fruits.")

@@ -151,7 +151,8 @@ def test_out_of_range_settings_are_refused_with_the_range_named(page):
         setting(page, "k", "auto", "K auto", back="")
         for value in ("-1", "9"):
             setting(page, "temperature", value, back="")
-            page.wait_for_function("document.querySelector('#tdm-gen-status').innerText.includes('Temperature')")
+            page.wait_for_function("v => { const t = document.querySelector('#tdm-gen-status').innerText;"
+                                   " return t.includes('Temperature') && t.includes(v); }", arg=value)
             text = page.inner_text("#tdm-gen-status")
             assert "Temperature must be between 0 and 5" in text and value in text, text
             assert page.input_value("#tdm-gen-temperature input") == value
