@@ -15,6 +15,7 @@ from app.models import advice, hardware
 from app.models.catalog import load
 from app.models.fit import FITS, GIB
 from app.service.baseline import warm_up
+from app.service.settings import proposer_words
 from app.service.state import AppState
 
 APPLIED = ("speculative", "proposer", "k", "p_min")
@@ -100,7 +101,7 @@ def make_faster(state: AppState, say: Optional[Say] = None, cancel: Optional[thr
                  f"{len(cfg.prompts)} prompts of {cfg.max_tokens} tokens): best was {recommendation_line(rec)}.")
     lines.append(use_draft(state, settings).strip())
     if settings["speculative"]:
-        who = {"lookup": "prompt lookup", "mtp": "the target's MTP head"}.get(settings["proposer"], "that draft")
+        who = proposer_words(settings["proposer"]) if settings["proposer"] != "draft" else "that draft"
         lines.append(f"Chat now uses {who} "
                      f"with K = {settings['k']}. Not saved as a default: run a full sweep in the Benchmark tab, "
                      "or press Use this there, to keep it.")

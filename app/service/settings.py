@@ -31,6 +31,21 @@ DEFAULTS: dict[str, Any] = {
     "seed": None,  # None or -1: a fresh seed each run
     "system": "",  # optional system prompt (chat)
 }
+# Who drafts, in words: (in a sentence, the short label of a reply line). One table for every place that says it.
+PROPOSER_WORDS: dict[str, tuple[str, str]] = {
+    "draft": ("the draft model", "draft"),
+    "lookup": ("prompt lookup", "prompt lookup"),
+    "mtp": ("the target's MTP head", "MTP head"),
+    "auto": ("auto (prompt lookup or the draft model, per step)", "auto"),
+}
+
+
+def proposer_words(proposer: str, short: bool = False) -> str:
+    """'the draft model' / 'draft' for ``"draft"``; an unknown name is said as it is."""
+    words = PROPOSER_WORDS.get(proposer)
+    return (words[1] if short else words[0]) if words else proposer
+
+
 ALIASES = {"spec": "speculative", "repetition_penalty": "repeat_penalty", "max_new_tokens": "max_tokens"}
 INTS = ("top_k", "repeat_last_n", "max_tokens", "k_max")
 FLOATS = ("temperature", "top_p", "min_p", "repeat_penalty", "p_min")

@@ -128,8 +128,7 @@ def summary_html(settings: dict) -> str:
     if wrong:
         return panel.status_html(f"{wrong} Fix it in Pair settings.", "error")
     r = S.resolve(settings)
-    who = {"lookup": "prompt lookup", "mtp": "the target's MTP head", "auto": "auto (lookup or the draft model)"}.get(
-        r["proposer"], "draft model")
+    who = S.proposer_words(r["proposer"])
     t = r["temperature"]
     parts = [f"{who}", panel.k_label(r["k"]), f"T = {t:g}" + (" (greedy)" if t == 0 else ""),
              f"top-p {r['top_p']:g}", f"top-k {r['top_k']}", f"min-p {r['min_p']:g}",

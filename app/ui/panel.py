@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 from app.engine.events import KINDS, StopReason, TokenKind
 from app.engine.summary import Summary
 from app.numfmt import fmt, k_text
+from app.service.settings import proposer_words
 from app.ui.style import CSS, HEAD  # noqa: F401  (re-exported: the app serves them)
 
 _fmt = functools.partial(fmt, none="–")  # the UI's dash
@@ -174,7 +175,7 @@ def reply_line(summary: Summary, speculative: bool, proposer: str = "draft", k: 
     n, tps = summary.tokens, summary.tokens_per_s
     if not speculative:
         return f"plain decoding: {n} tokens in {summary.t_total:.1f} s · {tps:.1f} tok/s"
-    who = {"lookup": "prompt lookup", "mtp": "MTP head", "auto": "auto"}.get(proposer, "draft")
+    who = proposer_words(proposer, short=True)
     mixed = f" ({summary.lookup_accepted} from lookup)" if proposer == "auto" and summary.lookup_drafted else ""
     parts = [f"{who} ({k_label(k, summary.mean_k)}): {summary.accepted} of {summary.drafted} accepted{mixed}",
              f"{summary.steps} target passes for {n} tokens", f"{tps:.1f} tok/s"]
