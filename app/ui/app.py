@@ -67,7 +67,7 @@ def build_app(state: AppState) -> gr.Blocks:
         def on_load(request: gr.Request, data):
             line = summary_html(S.defaults(state.defaults))
             return [_header(state, ready=True), pair.info_html(state), *(local + gen).refresh(state),
-                    chat.idle_counters(state), chat.restore(state, chat_view.sessions, request, data), line, line]
+                    *chat.on_page_load(state, chat_view.sessions, request, data), line, line]
 
         demo.load(on_load, [chat_view.saved],
                   [header, pair_info, *(local + gen).components, chat_view.counters, chat_view.conversation,

@@ -192,6 +192,8 @@ def test_a_reload_keeps_the_conversation_and_new_chat_starts_afresh(page):
     page.wait_for_selector("#tdm-chatbot .tdm-msg-bot")
     assert page.inner_text("#tdm-chatbot") == before
     assert page.eval_on_selector_all("#tdm-chatbot .tdm-tok", "els => els.map(e => e.className)") == kinds
+    page.wait_for_function("document.querySelector('#tdm-counters').innerText.includes('reloaded')")
+    assert "No reply yet" not in page.inner_text("#tdm-counters")  # the replies above are there
     shot(page, "chat-after-reload", full_page=False)
     set_slider(page, "tdm-chat-max-tokens", 24)  # (a reload shows the default reply length again)
     page.click("#tdm-regen")  # the restored conversation is the one the app answers from

@@ -42,8 +42,9 @@ def plain_messages(history: list[dict]) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in history]
 
 
-def idle_counters(state: AppState) -> str:
-    """Before any reply: the stored plain speed, with its age and conditions."""
+def idle_counters(state: AppState, restored: bool = False) -> str:
+    """Before any reply (or after a reload, whose conversation comes back without its counters): the stored
+    plain speed, with its age and conditions."""
     b = state.baseline()
     if not b:
         note = ("Plain speed not measured for this pair on this machine yet: speedups will be the model's "
@@ -52,7 +53,9 @@ def idle_counters(state: AppState) -> str:
         when = speedup.age(speedup.stamp_age(b.get("measured_at")))
         note = (f"Plain speed of this pair here: {b['tps']:.1f} tok/s, measured {when} ({b.get('measured_at')}, "
                 f"{b.get('tokens', '?')} tokens, {b.get('backend', '?')} backend).")
-    return f'<div class="tdm-note">No reply yet.</div><div class="tdm-note">{panel.esc(note)}</div>'
+    first = ("The page was reloaded: the counters of the replies above were not kept; the next reply shows its own."
+             if restored else "No reply yet.")
+    return f'<div class="tdm-note">{first}</div><div class="tdm-note">{panel.esc(note)}</div>'
 
 
 def reply_counters(state: AppState, last: dict) -> tuple[str, dict | None]:
@@ -201,6 +204,13 @@ def restore(state: AppState, sessions: Sessions, request: gr.Request, data: Any)
     if not sessions.history(key) and not sessions.active(key):
         sessions.set_history(key, keep.restored(data))
     return display(sessions.history(key), queued=sessions.queued(key))
+
+
+def on_page_load(state: AppState, sessions: Sessions, request: gr.Request, data: Any) -> tuple[str, str]:
+    """The counters and the conversation a loaded page shows (see ``restore``)."""
+    conversation = restore(state, sessions, request, data)
+    replied = any(m["role"] == "assistant" for m in sessions.history(session_key(request)))
+    return idle_counters(state, restored=replied), conversation
 
 
 # --- the handlers (the conversation lives in ``sessions``: messages {"role", "content"}, replies also "html"
