@@ -5,6 +5,7 @@ indicators and screenshots of every tab (``test-artifacts/``)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -97,7 +98,8 @@ def open_tab(page, name: str) -> None:
     tab = page.get_by_role("tab", name=name)
     if not tab.is_visible():
         page.get_by_role("button", name="More tabs").click()
-        tab = page.locator(".overflow-menu button:visible, button:visible", has_text=name).last
+        exact = re.compile(rf"^\s*{re.escape(name)}\s*$")  # not "Rescan models" for "Models"
+        tab = page.locator(".overflow-menu button:visible, button:visible", has_text=exact).last
     tab.click()
 
 
