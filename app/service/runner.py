@@ -131,7 +131,8 @@ def _pieces(pair: Pair, ev: TokenEvent) -> Optional[Pieces]:
 
 
 def _text(pair: Pair, token: int) -> str:
-    return pair.target.piece(token).decode("utf-8", errors="replace")
+    """A proposal's text; a special token (an end-of-turn copied by prompt lookup) by its name, not as nothing."""
+    return pair.target.piece(token, special=True).decode("utf-8", errors="replace")
 
 
 @dataclass
