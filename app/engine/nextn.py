@@ -24,6 +24,10 @@ MTP_ARCHS = frozenset({
     "deepseek4", "mimo2", "step35", "hy_v3", "bailingmoe3", "cohere2moe", "nemotron_h_moe",
 })
 
+# archs of a separate drafter GGUF that reads a target's rows and cache -> the target archs it drafts for
+# (src/models/gemma4-assistant.cpp, this build; assistant.py)
+ASSISTANT_ARCHS = {"gemma4-assistant": frozenset({"gemma4"})}
+
 _F32P = ctypes.POINTER(ctypes.c_float)
 
 
