@@ -199,3 +199,14 @@ def test_gemma4_assistant_swapped_out_and_back(g4_files, smol_paths):
         pair.set_draft(AssistantModel(g4_files["assistant"], load_options(n_ctx=512), pair.target))
         pair.target.reset()
         assert run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+
+
+def test_gemma4_compat_check_names_the_assistant(g4_files):
+    from app.models import compat
+
+    v = compat.check_pair(str(g4_files["target"]), str(g4_files["assistant"]), remember=False)
+    assert v.ok and "assistant drafter" in v.extra["assistant"] and "mtp" not in v.extra
+    backwards = compat.check_pair(str(g4_files["assistant"]), str(g4_files["target"]), remember=False)
+    assert not backwards.ok and "runs only as the draft" in backwards.reason
+    other = compat.check_pair(str(g4_files["qwen35"]), str(g4_files["assistant"]), remember=False)
+    assert not other.ok and "for gemma4 targets, not qwen35" in other.reason
