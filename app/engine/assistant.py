@@ -82,7 +82,7 @@ class AssistantModel(Model):
 
     def __init__(self, path: Path | str, options: LoadOptions, target: Model):
         self.target = target
-        self._tapped = False  # whether this assistant turned the target's hidden rows on (and turns them off)
+        self._tapped = False  # whether the target keeps its hidden rows for assistants (the last one turns them off)
         self.g_last = np.zeros(0, dtype=np.float32)
         super().__init__(path, options)
 
@@ -128,7 +128,12 @@ class AssistantModel(Model):
         if t.hidden is None:  # the target's rows: for every token from now on (its cache restarts to have them)
             t.hidden = nextn.HiddenRows(t.ctx, int(L.llama_model_n_embd_out(t.model)))
             t.reset()
+            t.hidden.assistants = 0
             self._tapped = True
+        elif t.hidden.assistants:  # turned on by another assistant (one being swapped for this one)
+            self._tapped = True
+        if self._tapped:
+            t.hidden.assistants += 1
         self.batch = L.llama_batch_ext_init(self.ctx)
         self.n_embd = t.hidden.n_embd
         self.g_last = np.zeros(self.n_embd, dtype=np.float32)
@@ -176,7 +181,10 @@ class AssistantModel(Model):
         if self._closed:
             return
         L.llama_batch_ext_free(self.batch)
-        if self._tapped and not getattr(self.target, "_closed", True):
-            nextn.set_embeddings_nextn(self.target.ctx, False, False)
-            self.target.hidden = None
+        rows = self.target.hidden
+        if self._tapped and rows is not None:
+            rows.assistants -= 1
+            if rows.assistants == 0 and not getattr(self.target, "_closed", True):  # the last one turns them off
+                nextn.set_embeddings_nextn(self.target.ctx, False, False)
+                self.target.hidden = None
         super().close()

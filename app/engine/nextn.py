@@ -75,6 +75,8 @@ class HiddenRows:
     """``h_p`` for each decoded position ``p`` of one context's sequence 0 (rows past a rollback are stale;
     readers only ask for positions still cached)."""
 
+    assistants = 0  # assistant drafters (assistant.py) reading these rows, where they turned them on
+
     def __init__(self, ctx, n_embd: int):
         self.ctx, self.n_embd = ctx, n_embd
         self.buf = np.zeros((0, n_embd), dtype=np.float32)

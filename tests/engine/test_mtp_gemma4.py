@@ -194,6 +194,9 @@ def test_gemma4_assistant_swapped_out_and_back(g4_files, smol_paths):
         assert pair.target.hidden is not None
         cfg = GenConfig(max_tokens=24, k=2, proposer="draft")
         assert run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+        pair.set_draft(AssistantModel(g4_files["copy"], load_options(n_ctx=512), pair.target))  # swapped
+        pair.target.reset()
+        assert pair.target.hidden is not None and run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
         pair.set_draft(None)
         assert pair.target.hidden is None
         pair.set_draft(AssistantModel(g4_files["assistant"], load_options(n_ctx=512), pair.target))
