@@ -128,7 +128,11 @@ class Model(Closable):
         cparams.no_perf = True
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
+            arch = self.meta("general.architecture")
             L.llama_model_free(self.model)
+            if arch in nextn.ASSISTANT_ARCHS:
+                raise BackendError(f"{self.path.name} is a {arch} drafter: it runs only as the draft beside a "
+                                   f"{'/'.join(sorted(nextn.ASSISTANT_ARCHS[arch]))} target")
             raise BackendError(f"could not create a context for {self.path.name} (n_ctx={cparams.n_ctx})")
 
     def _load_model(self, mparams) -> None:

@@ -50,9 +50,9 @@ class MtpUnavailable(BackendError):
 
 def mtp_reason(target: Model) -> Optional[str]:
     """Why ``target`` cannot draft for itself, or None if it can."""
-    if getattr(target, "hidden", None) is not None:
-        return None
     model = getattr(target, "model", None)
+    if getattr(target, "hidden", None) is not None and (model is None or nextn.n_heads(model) > 0):
+        return None  # (rows kept for an assistant drafter, assistant.py, are no MTP head)
     if model is None:
         return "this target runs on other machines (RPC); its MTP head is not reachable from here"
     why = nextn.mtp_unavailable(target.meta("general.architecture"), nextn.n_heads(model))
@@ -90,7 +90,6 @@ class MtpHead(Closable):
         self.cached: list[int] = []  # tokens whose entries are in the cache (drafted ones included)
         self.n_clean = 0  # of ``cached``: entries paired with the target's rows (a prefix of the history)
         self.g_last = np.zeros(self.n_embd, dtype=np.float32)  # the head's own row after its last output
-        self._pos = (L.llama_pos * 1)()
         self._closed = False
 
     @property
@@ -100,29 +99,12 @@ class MtpHead(Closable):
     def _process(self, tokens: Sequence[int], rows: np.ndarray, want_logits: bool) -> Optional[np.ndarray]:
         """Append entries ``(tokens[i], rows[i])`` in one ``llama_process``; the last entry's logits (a view,
         valid until the next call) when ``want_logits``, its NextN row kept as ``g_last``."""
-        n, start = len(tokens), len(self.cached)
-        if start + n > self.n_ctx:
-            raise ContextFullError(f"{start + n} tokens exceed the context of {self.n_ctx}")
-        rows = np.ascontiguousarray(rows, dtype=np.float32)
-        L.llama_batch_ext_clear(self.batch)
-        for i, tok in enumerate(tokens):
-            idx = L.llama_batch_ext_add_token(self.batch, 0, int(tok))
-            self._pos[0] = start + i
-            embd = L.llama_embd(rows[i].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
-            if idx < 0 or not L.llama_batch_ext_set_pos(self.batch, idx, self._pos) \
-                    or not L.llama_batch_ext_set_embd_token(self.batch, idx, embd):  # (the batch copies the row)
-                raise BackendError(f"{self.path.name}: the MTP batch refused entry {i} (code {idx})")
-            if want_logits and i == n - 1:
-                L.llama_batch_ext_set_output_logits(self.batch, idx, True)
-        rc = L.llama_process(self.ctx, L.LLAMA_PROCESS_TYPE_DECODE, self.batch)
-        if rc != 0:
-            raise BackendError(f"{self.path.name}: the MTP head's decode failed with code {rc}")
+        start = len(self.cached)
+        if start + len(tokens) > self.n_ctx:
+            raise ContextFullError(f"{start + len(tokens)} tokens exceed the context of {self.n_ctx}")
+        out = process_entries(self, tokens, range(start, start + len(tokens)), rows, want_logits)
         self.cached.extend(int(t) for t in tokens)
-        if not want_logits:
-            return None
-        g = nextn.get_embeddings_nextn_ith(self.ctx, n - 1)
-        self.g_last = np.ctypeslib.as_array(g, shape=(self.n_embd,)).copy()
-        return np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, n - 1), shape=(self.n_vocab,))
+        return out
 
     def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
         """Make the cache hold the entries for ``tokens`` paired with the target's rows, keeping the common
@@ -174,6 +156,34 @@ class MtpHead(Closable):
         self._closed = True
         L.llama_batch_ext_free(self.batch)
         L.llama_free(self.ctx)
+
+
+def process_entries(head, tokens: Sequence[int], positions: Sequence[int], rows: np.ndarray,
+                    want_logits: bool) -> Optional[np.ndarray]:
+    """Decode entries ``(tokens[i], rows[i])`` at ``positions[i]`` in one ``llama_process`` on ``head``'s
+    context (``head``: ``ctx``, ``batch``, ``n_embd``, ``n_vocab``, ``path``, ``g_last``); the last entry's
+    logits (a view, valid until the next call) when ``want_logits``, its NextN row kept as ``head.g_last``."""
+    n = len(tokens)
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    pos = (L.llama_pos * 1)()
+    L.llama_batch_ext_clear(head.batch)
+    for i, tok in enumerate(tokens):
+        idx = L.llama_batch_ext_add_token(head.batch, 0, int(tok))
+        pos[0] = positions[i]
+        embd = L.llama_embd(rows[i].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, head.n_embd)
+        if idx < 0 or not L.llama_batch_ext_set_pos(head.batch, idx, pos) \
+                or not L.llama_batch_ext_set_embd_token(head.batch, idx, embd):  # (the batch copies the row)
+            raise BackendError(f"{head.path.name}: the drafting batch refused entry {i} (code {idx})")
+        if want_logits and i == n - 1:
+            L.llama_batch_ext_set_output_logits(head.batch, idx, True)
+    rc = L.llama_process(head.ctx, L.LLAMA_PROCESS_TYPE_DECODE, head.batch)
+    if rc != 0:
+        raise BackendError(f"{head.path.name}: the drafting decode failed with code {rc}")
+    if not want_logits:
+        return None
+    g = nextn.get_embeddings_nextn_ith(head.ctx, n - 1)
+    head.g_last = np.ctypeslib.as_array(g, shape=(head.n_embd,)).copy()
+    return np.ctypeslib.as_array(L.llama_get_logits_ith(head.ctx, n - 1), shape=(head.n_vocab,))
 
 
 class MtpProposer(DraftModelProposer):

@@ -24,6 +24,10 @@ MTP_ARCHS = frozenset({
     "deepseek4", "mimo2", "step35", "hy_v3", "bailingmoe3", "cohere2moe", "nemotron_h_moe",
 })
 
+# archs of a separate drafter GGUF that reads a target's rows and cache -> the target archs it drafts for
+# (src/models/gemma4-assistant.cpp, this build; assistant.py)
+ASSISTANT_ARCHS = {"gemma4-assistant": frozenset({"gemma4"})}
+
 _F32P = ctypes.POINTER(ctypes.c_float)
 
 
@@ -70,6 +74,8 @@ def mtp_unavailable(arch: Optional[str], n_nextn: int) -> Optional[str]:
 class HiddenRows:
     """``h_p`` for each decoded position ``p`` of one context's sequence 0 (rows past a rollback are stale;
     readers only ask for positions still cached)."""
+
+    assistants = 0  # assistant drafters (assistant.py) reading these rows, where they turned them on
 
     def __init__(self, ctx, n_embd: int):
         self.ctx, self.n_embd = ctx, n_embd

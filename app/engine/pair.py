@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from app.engine import limits, vocab
+from app.engine.assistant import LABEL as ASSISTANT_LABEL, AssistantModel, open_draft
 from app.engine.backend import ContextFullError, LoadOptions, Model
 from app.engine.chunking import Cancel
 from app.engine.draftlen import DraftLength
@@ -51,7 +52,7 @@ class Pair:
         try:
             draft = None
             if draft_path is not None:
-                draft = Model(draft_path, draft_options or draft_options_for(target))
+                draft = open_draft(draft_path, draft_options or draft_options_for(target), target)
             return cls(target, draft)
         except BaseException:
             target.close()
@@ -91,7 +92,8 @@ class Pair:
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        model = DraftModelProposer(self.draft, p_min=p_min)
+        model = (MtpProposer(self.draft, p_min=p_min) if isinstance(self.draft, AssistantModel)  # type: ignore[arg-type]
+                 else DraftModelProposer(self.draft, p_min=p_min))
         return DuoProposer(model, self.lookup_index, self._lookup_acceptance) if kind == "auto" else model
 
     def mtp_head(self) -> MtpHead:
@@ -99,6 +101,14 @@ class Pair:
         if self._mtp is None:
             self._mtp = MtpHead(self.target)
         return self._mtp
+
+    @property
+    def draft_kind(self) -> Optional[str]:
+        """How the draft drafts, for display: "draft model", the assistant drafter (reads the target's cache and
+        rows, ``assistant.py``), or None without a draft."""
+        if self.draft is None:
+            return None
+        return ASSISTANT_LABEL if isinstance(self.draft, AssistantModel) else "draft model"
 
     @property
     def has_mtp(self) -> bool:
@@ -189,10 +199,10 @@ class Pair:
         if self._mtp is not None:
             self._mtp.close()
             self._mtp = None
-        self.target.close()
-        if self.draft is not None:
+        if self.draft is not None:  # first: an assistant drafter's context is tied to the target's
             self.draft.close()
             self.draft = None
+        self.target.close()
 
     def __enter__(self) -> "Pair":
         return self

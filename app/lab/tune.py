@@ -23,7 +23,7 @@ from app.engine.backend import BackendError, LoadOptions, Model
 from app.lab.bench import PRIVATE, encode, measure, public_dict
 from app.lab.prompts import Prompt
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
-from app.engine.pair import Pair, draft_options_for
+from app.engine.pair import Pair, draft_options_for, open_draft
 from app.engine.sampling import SamplerSettings
 from app.engine.stats import costs, median, pool
 from app.lab.result import SweepResult
@@ -299,7 +299,7 @@ class _DraftSlot:
         self._release(self.pair.swap_draft(self._load(cand.path)))
 
     def _load(self, path: str) -> Model:
-        return Model(path, draft_options_for(self.pair.target, self.original))
+        return open_draft(path, draft_options_for(self.pair.target, self.original), self.pair.target)
 
     def _release(self, model: Optional[Model]) -> None:
         if model is not None and model is not self.original:

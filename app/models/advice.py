@@ -34,15 +34,35 @@ def shape_of(entry: ModelEntry, cat: Catalog) -> Optional[ModelShape]:
     if size is None and entry.derive_from and entry.derive_from in cat.models:
         src = cat.models[entry.derive_from]
         size = _derived_size(src.size, src.quant, entry.ftype or "F32")
+    if size is None:
+        size = _params_size(entry.params, entry.quant)  # an estimate from the parameter count and the quant
     if not (size and entry.layers and entry.embd and entry.kv_heads and entry.head_dim and entry.vocab):
         return None
+    attn = entry.attn_layers if entry.attn_layers is not None else -1
+    state = entry.state_floats * (entry.layers - entry.nextn_layers - max(attn, 0)) * 4 if attn >= 0 else 0
     return ModelShape(entry.id, size, entry.layers, entry.embd, entry.kv_heads, entry.head_dim, entry.head_dim,
-                      entry.vocab, entry.swa_window, entry.swa_layers)
+                      entry.vocab, entry.swa_window, entry.swa_layers, attn_layers=attn, state_bytes=state,
+                      nextn_layers=entry.nextn_layers)
 
 
 def shape_from_meta(name: str, m: meta.ModelMeta) -> ModelShape:
     return ModelShape(name, m.weights_bytes, m.n_layers, m.n_embd, m.n_head_kv, m.head_dim_k, m.head_dim_v,
-                      m.n_vocab, m.sliding_window, m.swa_layers)
+                      m.n_vocab, m.sliding_window, m.swa_layers, attn_layers=m.attn_layers,
+                      state_bytes=4 * m.state_floats, nextn_layers=m.nextn_layers)
+
+
+def _params_size(params: str, quant: str) -> Optional[int]:
+    """Bytes of ``params`` ("27B", "354M") weights at ``quant``'s bits per weight (llama.cpp's averages), or None."""
+    from app.models.derive import _BITS
+
+    bits = _BITS.get(quant.upper())
+    if not params or bits is None or params[-1:].upper() not in ("B", "M"):
+        return None
+    try:
+        n = float(params[:-1]) * (1e9 if params[-1].upper() == "B" else 1e6)
+    except ValueError:
+        return None
+    return int(n * bits / 8)
 
 
 def _derived_size(src_size: Optional[int], src_quant: str, ftype: str) -> Optional[int]:

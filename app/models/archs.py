@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
-from app.engine.nextn import MTP_ARCHS
+from app.engine.nextn import ASSISTANT_ARCHS, MTP_ARCHS
 
 # recurrent or hybrid memory whose state llama.cpp snapshots for partial rollback (n_rs_seq)
 ROLLBACK = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
@@ -52,10 +52,30 @@ def memory_note(arch: str, role: str) -> Optional[str]:
 
 def mtp_note(arch: str, nextn_layers: int) -> Optional[str]:
     """One sentence about a target's MTP (NextN) head, or None when it has none."""
-    if nextn_layers <= 0:
+    if nextn_layers <= 0 or arch in ASSISTANT_ARCHS:
         return None
     if arch not in MTP_ARCHS:
         return (f"the target ({arch}) carries {nextn_layers} MTP layer(s), but this llama.cpp builds no MTP graph "
                 "for its architecture: it needs a separate draft")
     return (f"the target ({arch}) carries {nextn_layers} MTP layer(s): it can draft for itself (proposer \"mtp\", "
             "\"MTP (built into the target)\"), no separate draft needed")
+
+
+def assistant_refusal(target_arch: str, draft_arch: str) -> Optional[str]:
+    """Why an assistant drafter (a GGUF that drafts from its target's cache, ``engine/assistant.py``) cannot pair
+    this way, or None (also for pairs without one)."""
+    if target_arch in ASSISTANT_ARCHS:
+        return f"the target ({target_arch}) is an assistant drafter: it runs only as the draft of its target"
+    targets = ASSISTANT_ARCHS.get(draft_arch)
+    if targets is not None and target_arch not in targets:
+        return f"the draft ({draft_arch}) is an assistant drafter for {'/'.join(sorted(targets))} targets, " \
+               f"not {target_arch}"
+    return None
+
+
+def assistant_note(draft_arch: str) -> Optional[str]:
+    """One sentence about an assistant drafter, or None when the draft is a model of its own."""
+    if draft_arch not in ASSISTANT_ARCHS:
+        return None
+    return (f"the draft ({draft_arch}) is an assistant drafter: it reads the target's own KV cache and hidden rows "
+            "(\"assistant drafter\"; no KV cache of its own)")

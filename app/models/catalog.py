@@ -54,6 +54,9 @@ class ModelEntry:
     vocab: Optional[int] = None
     swa_window: int = 0
     swa_layers: int = 0
+    attn_layers: Optional[int] = None  # hybrid memory: the trunk's attention layers (the rest are recurrent)
+    state_floats: int = 0  # hybrid memory: recurrent state per recurrent layer (F32 values, n_embd_r + n_embd_s)
+    nextn_layers: int = 0  # MTP (NextN) layers, counted in ``layers``
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ MODEL_FIELDS: dict[str, tuple[type, bool]] = {
     "pypi_parts": (list, False), "members": (list, False), "derive_from": (str, False), "ftype": (str, False),
     "revision": (str, False), "gated": (bool, False), "arch": (str, False), "layers": (int, False),
     "embd": (int, False), "heads": (int, False), "kv_heads": (int, False), "head_dim": (int, False),
-    "vocab": (int, False), "swa_window": (int, False), "swa_layers": (int, False),
+    "vocab": (int, False), "swa_window": (int, False), "swa_layers": (int, False), "attn_layers": (int, False),
+    "state_floats": (int, False), "nextn_layers": (int, False),
 }
 PAIR_FIELDS: dict[str, tuple[type, bool]] = {
     "name": (str, True), "target": (str, True), "draft": (str, True), "k": (object, False),

@@ -4,7 +4,7 @@ the Hub with range requests — before loading and before downloading."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -91,6 +91,9 @@ def check_pair(target: str, draft: str, cat: Optional[Catalog] = None, remember:
     tv, tm, ts = describe(target, cat, offline)
     dv, dm, ds = describe(draft, cat, offline)
     verdict = check(tv, dv)
+    refusal = archs.assistant_refusal(tm.architecture, dm.architecture)
+    if refusal is not None and verdict.ok:
+        verdict = replace(verdict, ok=False, reason=refusal)
     out = Verdict(verdict.ok, verdict.reason, ts, ds)
     warning = speed_warning(tm, dm)
     if warning:
@@ -101,6 +104,9 @@ def check_pair(target: str, draft: str, cat: Optional[Catalog] = None, remember:
     mtp = archs.mtp_note(tm.architecture, tm.nextn_layers)
     if mtp:
         out.extra["mtp"] = mtp
+    assistant = archs.assistant_note(dm.architecture)
+    if assistant:
+        out.extra["assistant"] = assistant
     if remember:
         library.remember_pair(ts.id, ds.id, verdict.ok, verdict.reason,
                               fingerprints=[tm.vocab_fingerprint, dm.vocab_fingerprint])

@@ -20,7 +20,7 @@ FTYPES = {
 }
 # Rough output bytes per input parameter-byte of an F32 model, to check free space before writing.
 _BITS = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q6_K": 6.6, "Q5_K_M": 5.7, "Q5_0": 5.5, "Q5_1": 6,
-         "Q4_K_M": 4.9, "Q4_K_S": 4.6, "Q4_1": 5, "Q4_0": 4.5, "Q3_K_M": 3.9, "Q2_K": 3.4}
+         "Q4_K_M": 4.9, "Q4_K_S": 4.6, "IQ4_XS": 4.3, "Q4_1": 5, "Q4_0": 4.5, "Q3_K_M": 3.9, "Q2_K": 3.4}
 
 
 class DeriveError(TandemError, RuntimeError):

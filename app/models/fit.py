@@ -8,7 +8,11 @@ Where the formulas come from:
 * **KV cache** as llama.cpp's ``llama_kv_cache`` allocates it: for every layer, ``cells × n_head_kv ×
   (head_dim_k + head_dim_v)`` elements of the cache type (f16: 2 bytes; q8_0: 34 bytes per 32; q4_0: 18 per
   32). ``cells`` is the context, except that sliding-window layers (Gemma 2/3) keep only
-  ``min(ctx, window + n_ubatch)`` cells (the SWA cache with ``swa_full`` off).
+  ``min(ctx, window + n_ubatch)`` cells (the SWA cache with ``swa_full`` off). Hybrid models (Qwen3.5/3.6, LFM2)
+  have a KV cache in their attention layers only, plus a fixed **recurrent state** per sequence (F32, ``n_embd_r
+  + n_embd_s`` per recurrent layer, ``llama_hparams``) kept ``1 + n_rs_seq`` times for rollback
+  (``llama_memory_recurrent``); an MTP head adds one context of ``ctx`` cells per NextN layer; a Gemma-4
+  assistant drafter has no cache of its own (it reads the target's).
 * **Compute buffer**: ``n_ubatch × (n_vocab + 4 × n_embd) × 4`` bytes, the F32 logits of one micro-batch plus
   its activations, assuming flash attention (no ``ctx × n_ubatch`` attention matrix). This is an approximation
   of the buffers llama.cpp logs (within a few tens of percent), not their exact graph allocation.
@@ -30,6 +34,7 @@ GPU_RESERVE = GIB
 CACHE_TYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
                     "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32)}  # (bytes, per elements)
 FITS = ("gpu", "partial", "cpu", "no")
+RS_SNAPSHOTS = 17  # recurrent-state snapshots the app asks for (app.engine.memory.DEFAULT_RS_SNAPSHOTS)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,10 @@ class ModelShape:
     n_vocab: int
     swa_window: int = 0
     swa_layers: int = 0
+    attn_layers: int = -1  # layers with a KV cache of their own (-1: all; hybrid: the attention layers of the trunk;
+    # 0: none, it reads another model's cache, as a Gemma-4 assistant drafter does)
+    state_bytes: int = 0  # recurrent state of one sequence, all recurrent layers, one copy (hybrid memory)
+    nextn_layers: int = 0  # MTP (NextN) layers: counted in n_layers; a hybrid's MTP context adds their KV
 
 
 @dataclass(frozen=True)
@@ -112,11 +121,12 @@ class Plan:
 def kv_bytes(m: ModelShape, ctx: int, cache_type: str = "f16", n_ubatch: int = 512) -> int:
     """Bytes of the KV cache at context ``ctx`` (see the module docstring)."""
     num, per = CACHE_TYPE_BYTES[cache_type]
-    swa = min(m.swa_layers, m.n_layers) if m.swa_window else 0
+    n_kv = m.n_layers if m.attn_layers < 0 else m.attn_layers + m.nextn_layers if m.attn_layers else 0
+    swa = min(m.swa_layers, n_kv) if m.swa_window else 0
     swa_cells = min(ctx, m.swa_window + n_ubatch)
-    cells = (m.n_layers - swa) * ctx + swa * swa_cells
+    cells = (n_kv - swa) * ctx + swa * swa_cells
     elements = cells * m.n_head_kv * (m.head_dim_k + m.head_dim_v)
-    return elements * num // per
+    return elements * num // per + m.state_bytes * (1 + RS_SNAPSHOTS)
 
 
 def compute_bytes(m: ModelShape, n_ubatch: int = 512) -> int:

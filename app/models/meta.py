@@ -103,6 +103,8 @@ class ModelMeta:
     file_size: int
     weights_bytes: int  # tensor data
     nextn_layers: int = 0  # MTP (NextN) blocks after the trunk (block_count includes them)
+    attn_layers: int = -1  # layers with a KV cache of their own (-1: all; see ``_memory_layout``)
+    state_floats: int = 0  # recurrent state of one sequence, all recurrent layers (F32 values)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,6 +135,7 @@ def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None
         raise GGUFError(f"metadata field {arch}.block_count is {n_layers}: a corrupt header")
     window = num("attention.sliding_window")
     swa = _swa_layers(arch, kv, n_layers) if window else 0
+    attn, state = _memory_layout(arch, kv, n_layers, num)
     return ModelMeta(
         architecture=arch, name=_display_name(kv.get("general.name")),
         params=sum(t.n_elements for t in header.tensors), quant=quant_name(header),
@@ -140,7 +143,29 @@ def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None
         vocab_type=vocab.vocab_type, n_layers=n_layers, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
         head_dim_k=head_k, head_dim_v=head_v, sliding_window=window, swa_layers=swa, file_size=file_size,
         weights_bytes=sum(t.n_bytes for t in header.tensors), nextn_layers=num("nextn_predict_layers"),
+        attn_layers=attn, state_floats=state,
     )
+
+
+def _memory_layout(arch: str, kv: dict, n_layers: int, num) -> tuple[int, int]:
+    """(layers with a KV cache of their own, or -1 for all; recurrent state floats of one sequence) as llama.cpp
+    lays them out (``llama_hparams::n_embd_r/n_embd_s``): Qwen3.5/3.6 and Qwen3-Next keep attention in every
+    ``full_attention_interval``-th trunk layer and a gated delta-net elsewhere, LFM2 attention where
+    ``head_count_kv`` is not 0 and short convolutions elsewhere; a Gemma-4 assistant reads the target's cache."""
+    if arch in ("qwen35", "qwen35moe", "qwen3next"):
+        trunk = n_layers - num("nextn_predict_layers")
+        attn = trunk // max(1, num("full_attention_interval", 4))
+        d_inner, d_state, n_group = num("ssm.inner_size"), num("ssm.state_size"), num("ssm.group_count")
+        per_layer = (num("ssm.conv_kernel", 4) - 1) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
+        return attn, (trunk - attn) * per_layer
+    if arch in ("lfm2", "lfm2moe"):
+        heads = kv.get(f"{arch}.attention.head_count_kv")
+        if isinstance(heads, (list, np.ndarray)) and len(heads) == n_layers:
+            attn = int(sum(1 for h in heads if int(h) > 0))
+            return attn, (n_layers - attn) * num("embedding_length") * (num("shortconv.l_cache", 3) - 1)
+    if arch in ("gemma4-assistant",):
+        return 0, 0
+    return -1, 0
 
 
 def _display_name(value: Any) -> str:

@@ -42,6 +42,8 @@ class Run:
         self.live: Optional[Live] = None
         self.ttft: Optional[float] = None
         self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
+        if self.draft_model is not None and state.pair.draft_kind != "draft model":
+            self.draft_model = f"{self.draft_model} ({state.pair.draft_kind})"  # a Gemma-4 assistant drafter
         if state.pair is not None and self.cfg.proposer == "mtp":
             self.draft_model = f"{state.pair.target.path.name} (MTP head)"
         self.target = state.pair.target if state.pair is not None else None  # for its memory notice

@@ -77,8 +77,9 @@ class Controls:
 
 def proposer_choices(state: AppState) -> list[tuple[str, str]]:
     """Who may draft for the loaded pair: "MTP (built into the target)" only when its target has an MTP head."""
-    choices = [("draft model", "draft"), ("prompt lookup", "lookup")]
     pair = state.pair
+    choices = [(pair.draft_kind if pair is not None and pair.draft is not None else "draft model", "draft"),
+               ("prompt lookup", "lookup")]  # a Gemma-4 assistant is offered as "assistant drafter"
     if pair is None or pair.draft is not None:
         choices.insert(0, ("auto (both, per step)", "auto"))
     if pair is not None and pair.has_mtp:

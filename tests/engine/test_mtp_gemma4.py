@@ -1,0 +1,215 @@
+"""The Gemma-4 assistant drafter (the MTP drafter with shared memory) on a made-up Gemma-4 target and made-up
+``gemma4-assistant`` GGUFs (tests/support/tinygemma4.py).
+
+Random weights: correctness only (lossless output, drafting from the target's cache after rollbacks, the
+protocol), never quality or speed. The ``noisy`` assistant disagrees with the target often (rejections); the
+``copy`` one predicts exactly what its bigram target will (every draft accepted). The target's sliding window
+(24 tokens) is shorter than the generations, so its cache is pruned while the assistant reads it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.engine.assistant import AssistantError, AssistantModel, gguf_arch, is_assistant
+from app.engine.backend import BackendError, Model
+from app.engine.events import DoneEvent, StepEvent
+from app.engine.loop import GenConfig, generate, run
+from app.engine.mtp import MtpProposer
+from app.engine.pair import Pair
+from app.engine.sampling import SamplerSettings, distribution
+from app.testing import load_options
+from support.tinygemma4 import write_gemma4, write_gemma4_assistant
+from support.tinymtp import write_qwen35_mtp
+
+PROMPT = "Once upon a time, in a land far away, there was"
+
+
+@pytest.fixture(scope="module")
+def g4_files(tmp_path_factory, smol_paths):
+    d = tmp_path_factory.mktemp("gemma4")
+    vocab = smol_paths[1]
+    return {
+        "target": write_gemma4(d / "target.gguf", vocab, seed=1),
+        "assistant": write_gemma4_assistant(d / "assistant.gguf", vocab, seed=1),
+        "bigram": write_gemma4(d / "bigram.gguf", vocab, seed=2, trunk=0.0),
+        "copy": write_gemma4_assistant(d / "copy.gguf", vocab, seed=2, head=0.0, mix=0.0),
+        "qwen35": write_qwen35_mtp(d / "qwen35.gguf", vocab, seed=1, mtp=False),
+    }
+
+
+@pytest.fixture(scope="module")
+def g4_pair(g4_files):
+    pair = Pair.load(g4_files["target"], g4_files["assistant"], load_options(n_ctx=1024))
+    yield pair
+    pair.close()
+
+
+@pytest.fixture(scope="module")
+def g4_fresh(g4_files):
+    """A second copy of the target: plain references and the protocol's reference drafts."""
+    with Model(g4_files["target"], load_options(n_ctx=1024)) as m:
+        yield m
+
+
+def _plain(model: Model, prompt, n: int) -> list[int]:
+    model.reset()
+    return run(model, prompt, GenConfig(max_tokens=n, speculative=False))[0]
+
+
+def test_gemma4_assistant_loads_as_the_draft(g4_pair, g4_files):
+    assert gguf_arch(g4_files["assistant"]) == "gemma4-assistant" and is_assistant(g4_files["assistant"])
+    assert not is_assistant(g4_files["target"])
+    assert isinstance(g4_pair.draft, AssistantModel) and g4_pair.draft_kind == "assistant drafter"
+    assert g4_pair.target.hidden is not None and not g4_pair.has_mtp
+    assert isinstance(g4_pair.proposer(GenConfig(proposer="draft", k=2)), MtpProposer)
+
+
+def test_gemma4_assistant_refused_alone_or_beside_another_arch(g4_files):
+    with pytest.raises(BackendError, match="drafter: it runs only as the draft beside a gemma4 target"):
+        Model(g4_files["assistant"], load_options(n_ctx=256))
+    with pytest.raises(AssistantError, match="drafts only for gemma4 targets, not qwen35"):
+        Pair.load(g4_files["qwen35"], g4_files["assistant"], load_options(n_ctx=256))
+
+
+@pytest.mark.parametrize("k", [1, 3, "auto"])
+def test_gemma4_assistant_greedy_speculative_equals_plain_with_rejections(g4_pair, g4_fresh, k):
+    prompt = g4_pair.target.tokenize(PROMPT)
+    plain = _plain(g4_fresh, prompt, 60)
+    g4_pair.reset()
+    cfg = GenConfig(max_tokens=60, k=k, proposer="draft")
+    out, stats = run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg), length=g4_pair.draft_length(cfg))
+    assert out == plain
+    if k != "auto":  # auto K may rightly pause on this made-up pair; fixed K must draft and be rejected
+        assert stats.drafted > 0 and stats.rejections > 0 and stats.accepted > 0
+    assert g4_pair.target.n_past == len(prompt) + len(out) - 1
+
+
+def test_gemma4_copy_assistant_accepts_everything(g4_files):
+    """An assistant that predicts exactly what its target will: every draft accepted, so the tokens, rows and
+    positions are paired as llama.cpp's driver pairs them."""
+    with Pair.load(g4_files["bigram"], g4_files["copy"], load_options(n_ctx=512)) as pair:
+        prompt = pair.target.tokenize(PROMPT)
+        plain = _plain(pair.target, prompt, 40)
+        pair.reset()
+        cfg = GenConfig(max_tokens=40, k=4, proposer="draft")
+        out, stats = run(pair.target, prompt, cfg, pair.proposer(cfg))
+        assert out == plain and stats.rejections == 0 and stats.acceptance_rate == 1.0 and stats.drafted > 20
+
+
+class _Recording(MtpProposer):
+    def __init__(self, head):
+        super().__init__(head)
+        self.calls: list[tuple[list[int], list[int]]] = []
+
+    def propose(self, history, k, sampler, rng, sample, noise=None):
+        draft = super().propose(history, k, sampler, rng, sample, noise)
+        self.calls.append((list(history), list(draft.tokens)))
+        return draft
+
+
+def test_gemma4_assistant_drafts_equal_a_fresh_target_and_assistant(g4_pair, g4_fresh, g4_files):
+    """Rollback: after rejections the target's cache (which the assistant reads) and rows are as a fresh
+    target's that decoded the history at once, so each draft equals a fresh assistant's on that target. The
+    noisy assistant attends to the target's cache and reads ``h``, so a stale entry or a wrong row would
+    change the drafts."""
+    prompt = g4_pair.target.tokenize(PROMPT)
+    g4_pair.reset()
+    rec = _Recording(g4_pair.draft)
+    _, stats = run(g4_pair.target, prompt, GenConfig(max_tokens=50, k=3, proposer="draft"), rec)
+    assert stats.rejections > 3
+    checked = 0
+    with AssistantModel(g4_files["assistant"], load_options(n_ctx=1024), g4_fresh) as ref:
+        for history, drafted in rec.calls[::3]:
+            g4_fresh.reset()
+            g4_fresh.sync(history[:-1], need_logits=False)
+            logits = ref.sync(history)
+            for d in drafted:
+                assert int(np.argmax(logits)) == d
+                logits = ref.decode([d])[0]
+            checked += len(drafted)
+    assert checked > 5 and g4_fresh.hidden is None  # closing the assistant turned the rows it asked for off
+
+
+def test_gemma4_assistant_chat_prefix_reuse(g4_pair, g4_fresh):
+    """Turn 2 extends turn 1: the target keeps what it holds (the assistant holds nothing of its own); a turn
+    that rewrites the end is rolled back. Either way the output equals a fresh model's, and resetting the
+    assistant never clears the target's cache (its cells are the target's)."""
+    target = g4_pair.target
+    g4_pair.reset()
+    cfg = GenConfig(max_tokens=30, k=3, proposer="draft")
+    turn1 = target.tokenize(PROMPT)
+    out1, _ = run(target, turn1, cfg, g4_pair.proposer(cfg))
+    turn2 = turn1 + out1 + target.tokenize(" And then", add_special=False)
+    held = target.n_past
+    g4_pair.draft.reset()
+    assert target.missing(turn2[:-1]) == len(turn2) - 1 - held  # the first turn is still cached
+    out2, _ = run(target, turn2, cfg, g4_pair.proposer(cfg))
+    assert out2 == _plain(g4_fresh, turn2, 30)
+    rewritten = turn2 + out2[:5] + target.tokenize(" but", add_special=False)
+    out3, _ = run(target, rewritten, cfg, g4_pair.proposer(cfg))
+    assert out3 == _plain(g4_fresh, rewritten, 30)
+
+
+def test_gemma4_assistant_sampling_keeps_the_target_distribution(g4_pair, g4_fresh):
+    """χ² on the joint law of the first two tokens at T = 1, top-k 3, through the real loop with rejection
+    sampling against the assistant's own q (rejected tokens are rolled back in between)."""
+    sampler = SamplerSettings(temperature=1.0, top_k=3)
+    prompt = g4_pair.target.tokenize(PROMPT)
+    g4_fresh.reset()
+    p1 = distribution(g4_fresh.sync(prompt), sampler, prompt)
+    joint = {}
+    for a in np.flatnonzero(p1):
+        p2 = distribution(g4_fresh.sync(prompt + [int(a)]), sampler, prompt + [int(a)])
+        for b in np.flatnonzero(p2):
+            joint[(int(a), int(b))] = p1[a] * p2[b]
+    keys = sorted(joint)
+    counts = np.zeros(len(keys))
+    draws = 1500
+    g4_pair.reset()
+    drafted = 0
+    for i in range(draws):
+        cfg = GenConfig(max_tokens=2, k=2, proposer="draft", sampler=SamplerSettings(temperature=1.0, top_k=3, seed=i))
+        events = list(generate(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg)))
+        drafted += sum(e.drafted for e in events if isinstance(e, StepEvent))
+        done = events[-1]
+        assert isinstance(done, DoneEvent)
+        counts[keys.index(tuple(done.tokens[:2]))] += 1
+    assert drafted >= draws
+    expected = np.array([joint[k] for k in keys]) * draws
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    crit = {8: 26.124, 7: 24.322, 5: 20.515, 3: 16.266}.get(len(keys) - 1, 30.0)  # significance 0.001
+    assert chi2 < crit, (chi2, counts, expected)
+
+
+def test_gemma4_assistant_swapped_out_and_back(g4_files, smol_paths):
+    """The draft slot takes an assistant and gives it back: closing it turns the target's rows off, and a new
+    one turns them on again; output stays the target's."""
+    with Pair.load(g4_files["target"], None, load_options(n_ctx=512)) as pair:
+        prompt = pair.target.tokenize(PROMPT)
+        plain = _plain(pair.target, prompt, 24)
+        assert pair.target.hidden is None
+        pair.set_draft(AssistantModel(g4_files["assistant"], load_options(n_ctx=512), pair.target))
+        assert pair.target.hidden is not None
+        cfg = GenConfig(max_tokens=24, k=2, proposer="draft")
+        assert run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+        pair.set_draft(AssistantModel(g4_files["copy"], load_options(n_ctx=512), pair.target))  # swapped
+        pair.target.reset()
+        assert pair.target.hidden is not None and run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+        pair.set_draft(None)
+        assert pair.target.hidden is None
+        pair.set_draft(AssistantModel(g4_files["assistant"], load_options(n_ctx=512), pair.target))
+        pair.target.reset()
+        assert run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+
+
+def test_gemma4_compat_check_names_the_assistant(g4_files):
+    from app.models import compat
+
+    v = compat.check_pair(str(g4_files["target"]), str(g4_files["assistant"]), remember=False)
+    assert v.ok and "assistant drafter" in v.extra["assistant"] and "mtp" not in v.extra
+    backwards = compat.check_pair(str(g4_files["assistant"]), str(g4_files["target"]), remember=False)
+    assert not backwards.ok and "runs only as the draft" in backwards.reason
+    other = compat.check_pair(str(g4_files["qwen35"]), str(g4_files["assistant"]), remember=False)
+    assert not other.ok and "for gemma4 targets, not qwen35" in other.reason
