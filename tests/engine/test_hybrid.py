@@ -7,7 +7,6 @@ the draft with the target's own weights always agrees.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from app.engine.backend import Model, RollbackError
@@ -15,8 +14,9 @@ from app.engine.events import DoneEvent
 from app.engine.loop import GenConfig, generate, run
 from app.engine.memory import Way
 from app.engine.proposers import DraftModelProposer
-from app.engine.sampling import SamplerSettings, distribution
+from app.engine.sampling import SamplerSettings
 from app.testing import load_options
+from support.loopchi2 import assert_keeps_law, two_token_law
 from support.tinyhybrid import write_lfm2
 
 PROMPT = "Once upon a time, in a land far away, there was"
@@ -138,28 +138,16 @@ def test_hybrid_sampling_keeps_the_target_distribution(hybrid_models):
     """χ² on the joint law of the first two tokens at T = 1, top-k 3, through the real loop with rejection
     sampling against a draft that often disagrees (so rejected tokens are rolled back in between)."""
     target, draft, fresh = hybrid_models
-    sampler = SamplerSettings(temperature=1.0, top_k=3)
     prompt = target.tokenize(PROMPT)
     _fresh(fresh)
-    p1 = distribution(fresh.sync(prompt), sampler, prompt)
-    firsts = np.flatnonzero(p1)
-    joint = {}
-    for a in firsts:
-        p2 = distribution(fresh.sync(prompt + [int(a)]), sampler, prompt + [int(a)])
-        for b in np.flatnonzero(p2):
-            joint[(int(a), int(b))] = p1[a] * p2[b]
-    keys = sorted(joint)
-    counts = np.zeros(len(keys))
-    draws = 1500
+    law = two_token_law(fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
     _fresh(target, draft)
-    for i in range(draws):
-        cfg = GenConfig(max_tokens=2, k=2, sampler=SamplerSettings(temperature=1.0, top_k=3, seed=i))
-        done = [e for e in generate(target, prompt, cfg, DraftModelProposer(draft)) if isinstance(e, DoneEvent)][0]
-        counts[keys.index(tuple(done.tokens[:2]))] += 1
-    expected = np.array([joint[k] for k in keys]) * draws
-    chi2 = float(((counts - expected) ** 2 / expected).sum())
-    crit = {8: 26.124, 7: 24.322, 5: 20.515, 3: 16.266}.get(len(keys) - 1, 30.0)  # significance 0.001
-    assert chi2 < crit, (chi2, counts, expected)
+
+    def first_two(seed: int) -> list[int]:
+        cfg = GenConfig(max_tokens=2, k=2, sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
+        return [e for e in generate(target, prompt, cfg, DraftModelProposer(draft)) if isinstance(e, DoneEvent)][0].tokens
+
+    assert_keeps_law(law, first_two, draws=1500)
 
 
 def test_compat_states_hybrid_memory(hybrid_files):

@@ -17,8 +17,9 @@ from app.engine.loop import GenConfig, generate, run
 from app.engine.memory import Way
 from app.engine.mtp import MtpHead, MtpProposer, MtpUnavailable
 from app.engine.pair import Pair
-from app.engine.sampling import SamplerSettings, distribution
+from app.engine.sampling import SamplerSettings
 from app.testing import load_options
+from support.loopchi2 import assert_keeps_law, two_token_law
 from support.tinymtp import write_qwen35_mtp
 
 PROMPT = "Once upon a time, in a land far away, there was"
@@ -154,32 +155,22 @@ def test_mtp_chat_prefix_reuse(mtp_pair, mtp_fresh):
 def test_mtp_sampling_keeps_the_target_distribution(mtp_pair, mtp_fresh):
     """χ² on the joint law of the first two tokens at T = 1, top-k 3, through the real loop with rejection
     sampling against the head's own q (rejected tokens are rolled back in between)."""
-    sampler = SamplerSettings(temperature=1.0, top_k=3)
     prompt = mtp_pair.target.tokenize(PROMPT)
     mtp_fresh.reset()
-    p1 = distribution(mtp_fresh.sync(prompt), sampler, prompt)
-    joint = {}
-    for a in np.flatnonzero(p1):
-        p2 = distribution(mtp_fresh.sync(prompt + [int(a)]), sampler, prompt + [int(a)])
-        for b in np.flatnonzero(p2):
-            joint[(int(a), int(b))] = p1[a] * p2[b]
-    keys = sorted(joint)
-    counts = np.zeros(len(keys))
-    draws = 1500
+    law = two_token_law(mtp_fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
     mtp_pair.reset()
     drafted = 0
-    for i in range(draws):
-        cfg = GenConfig(max_tokens=2, k=2, proposer="mtp", sampler=SamplerSettings(temperature=1.0, top_k=3, seed=i))
+
+    def first_two(seed: int) -> list[int]:
+        nonlocal drafted
+        cfg = GenConfig(max_tokens=2, k=2, proposer="mtp", sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
         events = list(generate(mtp_pair.target, prompt, cfg, mtp_pair.proposer(cfg)))
         drafted += sum(e.drafted for e in events if isinstance(e, StepEvent))
-        done = events[-1]
-        assert isinstance(done, DoneEvent)
-        counts[keys.index(tuple(done.tokens[:2]))] += 1
-    assert drafted >= draws
-    expected = np.array([joint[k] for k in keys]) * draws
-    chi2 = float(((counts - expected) ** 2 / expected).sum())
-    crit = {8: 26.124, 7: 24.322, 5: 20.515, 3: 16.266}.get(len(keys) - 1, 30.0)  # significance 0.001
-    assert chi2 < crit, (chi2, counts, expected)
+        assert isinstance(events[-1], DoneEvent)
+        return events[-1].tokens
+
+    assert_keeps_law(law, first_two, draws=1500)
+    assert drafted >= 1500
 
 
 def test_mtp_is_a_tune_candidate_and_sweeps(mtp_pair):
