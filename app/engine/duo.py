@@ -31,6 +31,9 @@ from app.engine.suffix import SuffixIndex
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
+# After a lookup stretch the draft model reads only the last CATCH_WINDOW accepted tokens and skips the rest
+# (proposers.py): a catch-up costs at most this many tokens, however long the stretch.
+CATCH_WINDOW = 8
 CATCH_MIN = 8  # catch-ups of at least this many tokens time the per-token cost (shorter ones are mostly overhead)
 
 

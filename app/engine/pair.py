@@ -17,7 +17,7 @@ from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.mtp import MtpHead, MtpProposer, mtp_reason
-from app.engine.duo import DuoProposer
+from app.engine.duo import CATCH_WINDOW, DuoProposer
 from app.engine.mix import LookupAcceptance
 from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
 from app.engine.suffix import SuffixIndex
@@ -91,7 +91,7 @@ class Pair:
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        model = DraftModelProposer(self.draft, p_min=p_min)
+        model = DraftModelProposer(self.draft, p_min=p_min, window=CATCH_WINDOW if kind == "auto" else None)
         return DuoProposer(model, self.lookup_index, self._lookup_acceptance) if kind == "auto" else model
 
     def mtp_head(self) -> MtpHead:
