@@ -4,8 +4,8 @@ time rather than across runs minutes apart, on a machine whose speed drifts.
 
 Each proposer's figures are computed as ``bench.py`` computes a single one's (speedup: per prompt, median
 over repeats against the median of the same prompt's plain runs; the summary: the median over prompts). The
-comparison adds, per prompt, the better *single* drafter (``draft`` or ``lookup``, whichever was faster there)
-and the combined drafter's (``auto``) speedup as a share of it.
+comparison adds, per prompt, the better *single* drafter (``draft`` or ``lookup``, whichever was faster there;
+the one of them that ran, if only one did) and the combined drafter's (``auto``) speedup as a share of it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ class DrafterRow:
 
     id: str
     speedups: dict  # proposer -> speedup (None without plain tokens/s)
-    best_single: Optional[str] = None  # the faster of draft and lookup here, when both ran
-    auto_ratio: Optional[float] = None  # auto's speedup / the better single drafter's
+    best_single: Optional[str] = None  # the faster of draft and lookup here (of those that ran)
+    auto_ratio: Optional[float] = None  # auto's speedup / the better single drafter's (with auto)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "speedups": dict(self.speedups), "best_single": self.best_single,
@@ -112,7 +112,7 @@ def _compare(results: dict) -> list[DrafterRow]:
     for i, row in enumerate(first.per_prompt):
         speedups = {p: r.per_prompt[i].speedup for p, r in results.items()}
         singles = {p: speedups[p] for p in SINGLE if speedups.get(p) is not None}
-        best = max(singles, key=singles.__getitem__) if len(singles) == len(SINGLE) else None
+        best = max(singles, key=singles.__getitem__) if singles else None
         ratio = None
         if best is not None and speedups.get(COMBINED) is not None and singles[best]:
             ratio = speedups[COMBINED] / singles[best]
@@ -123,7 +123,7 @@ def _compare(results: dict) -> list[DrafterRow]:
 def format_comparison(c: DrafterComparison) -> str:
     """The per-prompt table: each proposer's speedup, the better single drafter, auto / it."""
     names = list(c.results)
-    both = any(r.best_single for r in c.rows)
+    both = any(r.auto_ratio is not None for r in c.rows)
     head = f"{'prompt':<20} {'plain t/s':>9} " + " ".join(f"{p:>8}" for p in names) \
         + (f" {'best single':>11} {'auto/best':>9}" if both else "")
     lines = [head, "-" * len(head)]

@@ -35,10 +35,13 @@ def test_three_proposers_interleaved_and_compared(smol_pair):
     assert set(c.to_dict()) == {"proposers", "per_prompt", "auto_ratio", "auto_ratio_min", "partial"}
 
 
-def test_without_both_single_drafters_there_is_no_ratio(smol_pair):
-    c = compare_drafters(smol_pair, builtin_suite("edit")[:1], GenConfig(max_tokens=4), ("auto", "draft"),
-                         warmup=False)
-    assert c.rows[0].best_single is None and c.auto_ratio is None and "auto/best" not in format_comparison(c)
+def test_with_one_single_drafter_auto_is_compared_with_it_and_without_auto_not_at_all(smol_pair):
+    prompt = builtin_suite("edit")[:1]
+    c = compare_drafters(smol_pair, prompt, GenConfig(max_tokens=4), ("auto", "draft"), warmup=False)
+    row = c.rows[0]
+    assert row.best_single == "draft" and row.auto_ratio == pytest.approx(row.speedups["auto"] / row.speedups["draft"])
+    singles = compare_drafters(smol_pair, prompt, GenConfig(max_tokens=4), ("draft", "lookup"), warmup=False)
+    assert singles.auto_ratio is None and "auto/best" not in format_comparison(singles)
 
 
 def test_the_proposer_list_is_checked():
