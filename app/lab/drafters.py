@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import median
+from app.lab import oracle
 from app.lab.bench import BenchResult, RunResult, _aggregate, _prompt_result, encode, measure
 from app.lab.prompts import Prompt
 
@@ -32,10 +33,11 @@ class DrafterRow:
     speedups: dict  # proposer -> speedup (None without plain tokens/s)
     best_single: Optional[str] = None  # the faster of draft and lookup here (of those that ran)
     auto_ratio: Optional[float] = None  # auto's speedup / the better single drafter's (with auto)
+    bound: Optional[float] = None  # the hindsight bound's speedup (oracle.py; T = 0 with auto only): an estimate
 
     def to_dict(self) -> dict:
         return {"id": self.id, "speedups": dict(self.speedups), "best_single": self.best_single,
-                "auto_ratio": self.auto_ratio}
+                "auto_ratio": self.auto_ratio, "bound": self.bound}
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, prop
     modes = ["plain", *proposers]
     total, done, partial = len(encoded) * repeats * len(modes), 0, False
     rows: dict = {p: [] for p in proposers}
+    bounds: list = []
     index_bytes: Optional[int] = None
     for prompt, tokens in encoded:
         runs: dict = {m: [] for m in modes}
@@ -99,11 +102,27 @@ def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, prop
             break
         for p in proposers:
             rows[p].append(_prompt_result(pair, prompt, tokens, runs["plain"], runs[p], cfgs[p]))
+        bounds.append(_bound(pair, tokens, runs["plain"][0].tokens, cfgs.get(COMBINED)))
         if partial:
             break
     results = {p: _aggregate(rows[p], cfgs[p], partial, None, skipped,
                              index_bytes if p == COMBINED else None) for p in proposers}
-    return DrafterComparison(results=results, rows=_compare(results), partial=partial)
+    rows_out = [replace(r, bound=b) for r, b in zip(_compare(results), bounds)]
+    return DrafterComparison(results=results, rows=rows_out, partial=partial)
+
+
+def _bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> Optional[float]:
+    """The hindsight bound's speedup for one prompt (oracle.py), with the costs auto K measured in this sitting;
+    None unless auto ran greedy at auto K with a draft model and the costs are measured."""
+    if cfg is None or not cfg.sampler.greedy or cfg.k != "auto" or pair.draft is None or not output:
+        return None
+    length = pair.draft_length(cfg)
+    if length is None or not length.measured():
+        return None
+    a, b = length.verify_line()
+    seconds = oracle.best_time(oracle.lookup_kept(prompt, output, cfg.k_max),
+                               oracle.draft_kept(pair, prompt, output, cfg.k_max), a, b, length.t_d or 0.0)
+    return len(output) * (a + b) / seconds if seconds > 0 else None
 
 
 def _compare(results: dict) -> list[DrafterRow]:
@@ -124,21 +143,27 @@ def format_comparison(c: DrafterComparison) -> str:
     """The per-prompt table: each proposer's speedup, the better single drafter, auto / it."""
     names = list(c.results)
     both = any(r.auto_ratio is not None for r in c.rows)
+    bound = any(r.bound is not None for r in c.rows)
     head = f"{'prompt':<20} {'plain t/s':>9} " + " ".join(f"{p:>8}" for p in names) \
-        + (f" {'best single':>11} {'auto/best':>9}" if both else "")
+        + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'bound':>7}" if bound else "")
     lines = [head, "-" * len(head)]
     first = next(iter(c.results.values()))
     for i, row in enumerate(c.rows):
         cells = " ".join(f"{_x(row.speedups[p]):>8}" for p in names)
-        tail = f" {row.best_single or '-':>11} {_r(row.auto_ratio):>9}" if both else ""
+        tail = (f" {row.best_single or '-':>11} {_r(row.auto_ratio):>9}" if both else "") \
+            + (f" {_x(row.bound):>7}" if bound else "")
         lines.append(f"{row.id[:20]:<20} {_n(first.per_prompt[i].baseline_tps):>9} {cells}{tail}")
     lines.append("-" * len(head))
     cells = " ".join(f"{_x(c.results[p].speedup):>8}" for p in names)
-    tail = f" {'':>11} {_r(c.auto_ratio):>9}" if both else ""
+    tail = (f" {'':>11} {_r(c.auto_ratio):>9}" if both else "") \
+        + (f" {_x(median([r.bound for r in c.rows])):>7}" if bound else "")
     lines.append(f"{'median':<20} {_n(first.baseline_tps):>9} {cells}{tail}")
     if both:
         lines.append(f"auto / the better single drafter: median {_r(c.auto_ratio)}, lowest {_r(c.auto_ratio_min)} "
                      "(per prompt, runs interleaved in one sitting)")
+    if bound:
+        lines.append("bound: a chooser that knew what lookup and the draft model would get accepted at every step, "
+                     "with the costs auto K measured here and no catch-up (app/lab/oracle.py; an estimate, not a run)")
     same = {p: r.identical for p, r in c.results.items() if r.identical is not None}
     if same:
         lines.append("output identical to plain: " + ", ".join(f"{p} {'yes' if v else 'NO'}" for p, v in same.items()))
