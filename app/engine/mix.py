@@ -31,7 +31,8 @@ given the benefit of the doubt, one tried often is taken at its measure (``Z`` s
 forgetting keeps, the bound is within 0.05 of the estimate).
 
 References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192), Eq. 1; Saxena 2023, prompt lookup
-decoding; Auer, Cesa-Bianchi, Fischer, Machine Learning 47 (2002), UCB1; Oliaro et al. 2024, SuffixDecoding (arXiv:2411.04975): match length as the lookup's confidence.
+decoding; Auer, Cesa-Bianchi, Fischer, Machine Learning 47 (2002), UCB1; Oliaro et al. 2024, SuffixDecoding
+(arXiv:2411.04975): match length as the lookup's confidence.
 """
 
 from __future__ import annotations

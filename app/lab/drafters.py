@@ -34,10 +34,11 @@ class DrafterRow:
     best_single: Optional[str] = None  # the faster of draft and lookup here (of those that ran)
     auto_ratio: Optional[float] = None  # auto's speedup / the better single drafter's (with auto)
     bound: Optional[float] = None  # the hindsight bound's speedup (oracle.py; T = 0 with auto only): an estimate
+    bound_gain: Optional[float] = None  # that bound / the better single drafter's own hindsight bound
 
     def to_dict(self) -> dict:
         return {"id": self.id, "speedups": dict(self.speedups), "best_single": self.best_single,
-                "auto_ratio": self.auto_ratio, "bound": self.bound}
+                "auto_ratio": self.auto_ratio, "bound": self.bound, "bound_gain": self.bound_gain}
 
 
 @dataclass(frozen=True)
@@ -107,22 +108,27 @@ def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, prop
             break
     results = {p: _aggregate(rows[p], cfgs[p], partial, None, skipped,
                              index_bytes if p == COMBINED else None) for p in proposers}
-    rows_out = [replace(r, bound=b) for r, b in zip(_compare(results), bounds)]
+    rows_out = [replace(r, bound=b[0], bound_gain=b[1]) for r, b in zip(_compare(results), bounds)]
     return DrafterComparison(results=results, rows=rows_out, partial=partial)
 
 
-def _bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> Optional[float]:
-    """The hindsight bound's speedup for one prompt (oracle.py), with the costs auto K measured in this sitting;
-    None unless auto ran greedy at auto K with a draft model and the costs are measured."""
+def _bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> tuple:
+    """(the hindsight bound's speedup, its gain over the better single drafter's own hindsight bound) for one
+    prompt (oracle.py), with the costs auto K measured in this sitting; Nones unless auto ran greedy at auto K
+    with a draft model and the costs are measured."""
     if cfg is None or not cfg.sampler.greedy or cfg.k != "auto" or pair.draft is None or not output:
-        return None
+        return None, None
     length = pair.draft_length(cfg)
     if length is None or not length.measured():
-        return None
+        return None, None
     a, b = length.verify_line()
-    seconds = oracle.best_time(oracle.lookup_kept(prompt, output, cfg.k_max),
-                               oracle.draft_kept(pair, prompt, output, cfg.k_max), a, b, length.t_d or 0.0)
-    return len(output) * (a + b) / seconds if seconds > 0 else None
+    t_d = length.t_d or 0.0
+    lookup = oracle.lookup_kept(prompt, output, cfg.k_max)
+    draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
+    none = [0] * len(output)
+    mixed = oracle.best_time(lookup, draft, a, b, t_d)
+    single = min(oracle.best_time(lookup, none, a, b, t_d), oracle.best_time(none, draft, a, b, t_d))
+    return len(output) * (a + b) / mixed, single / mixed
 
 
 def _compare(results: dict) -> list[DrafterRow]:
@@ -145,25 +151,28 @@ def format_comparison(c: DrafterComparison) -> str:
     both = any(r.auto_ratio is not None for r in c.rows)
     bound = any(r.bound is not None for r in c.rows)
     head = f"{'prompt':<20} {'plain t/s':>9} " + " ".join(f"{p:>8}" for p in names) \
-        + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'bound':>7}" if bound else "")
+        + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'bound':>7} {'gain':>5}" if bound else "")
     lines = [head, "-" * len(head)]
     first = next(iter(c.results.values()))
     for i, row in enumerate(c.rows):
         cells = " ".join(f"{_x(row.speedups[p]):>8}" for p in names)
         tail = (f" {row.best_single or '-':>11} {_r(row.auto_ratio):>9}" if both else "") \
-            + (f" {_x(row.bound):>7}" if bound else "")
+            + (f" {_x(row.bound):>7} {_r(row.bound_gain):>5}" if bound else "")
         lines.append(f"{row.id[:20]:<20} {_n(first.per_prompt[i].baseline_tps):>9} {cells}{tail}")
     lines.append("-" * len(head))
     cells = " ".join(f"{_x(c.results[p].speedup):>8}" for p in names)
+    gain = median([r.bound_gain for r in c.rows])
     tail = (f" {'':>11} {_r(c.auto_ratio):>9}" if both else "") \
-        + (f" {_x(median([r.bound for r in c.rows])):>7}" if bound else "")
+        + (f" {_x(median([r.bound for r in c.rows])):>7} {_r(gain):>5}" if bound else "")
     lines.append(f"{'median':<20} {_n(first.baseline_tps):>9} {cells}{tail}")
     if both:
         lines.append(f"auto / the better single drafter: median {_r(c.auto_ratio)}, lowest {_r(c.auto_ratio_min)} "
                      "(per prompt, runs interleaved in one sitting)")
     if bound:
         lines.append("bound: a chooser that knew what lookup and the draft model would get accepted at every step, "
-                     "with the costs auto K measured here and no catch-up (app/lab/oracle.py; an estimate, not a run)")
+                     "with the costs auto K measured here and no catch-up (app/lab/oracle.py; an estimate, not a run); "
+                     "gain: that bound over the better single drafter's own hindsight bound (what choosing per step "
+                     "can add at best)")
     same = {p: r.identical for p, r in c.results.items() if r.identical is not None}
     if same:
         lines.append("output identical to plain: " + ", ".join(f"{p} {'yes' if v else 'NO'}" for p, v in same.items()))
