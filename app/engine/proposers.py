@@ -82,7 +82,8 @@ class DraftModelProposer:
         """``history`` as the draft's cache holds it: without the skipped ranges."""
         if self.skips and self.skips[-1][1] > len(history):
             self.skips = []  # a shorter history without begin(): a new one
-        out, at = [], 0
+        out: list[int] = []
+        at = 0
         for a, b in self.skips:
             out.extend(history[at:a])
             at = b
