@@ -17,6 +17,7 @@ from the history at the next step, per match length.
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from typing import Optional, Sequence
 
@@ -39,12 +40,23 @@ CATCH_MIN = 8  # catch-ups of at least this many tokens time the per-token cost 
 
 
 class ReadCosts:
-    """What the draft model was timed reading unseen history (mix.reading's ``t_s`` and ``t_c``); the Pair
-    keeps one per draft model, so a generation starts from what the earlier ones measured."""
+    """What the draft model was timed reading unseen history (mix.reading's ``t_s`` and ``t_c``), kept per
+    draft model (``read_costs``), so a generation starts from what the earlier ones measured."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.steady: deque = deque(maxlen=8)  # recent seconds the draft model took to read 2 unseen tokens
         self.catch: deque = deque(maxlen=8)  # … and per further token read in a longer catch-up
+
+
+_READ_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def read_costs(model) -> ReadCosts:
+    """The reading costs measured for this loaded draft model (forgotten with it)."""
+    try:
+        return _READ_COSTS.setdefault(model, ReadCosts())
+    except TypeError:  # not weakly referable: costs for this generation only
+        return ReadCosts()
 
 
 class DuoProposer:
@@ -57,7 +69,9 @@ class DuoProposer:
     def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
                  costs: Optional[ReadCosts] = None):
         self.draft, self.index, self.acceptance = draft, index, acceptance
-        self.costs = costs or ReadCosts()
+        self.costs = costs or read_costs(getattr(draft, "model", None))
+        if isinstance(draft, DraftModelProposer):
+            draft.use_window(CATCH_WINDOW)
         self.length: Optional[DraftLength] = None
         self._last: Optional[tuple] = None  # (history length, lookup tokens proposed, match length)
         self.last_choice = Choice()
@@ -110,7 +124,7 @@ class DuoProposer:
         """Learn ``t_s`` (reading 2 tokens) and ``t_c`` (each further one: mix.reading) from a timed catch-up."""
         if synced == 2 and t_sync > 0:
             self.costs.steady.append(t_sync)
-        read = min(synced, (self.draft.window or synced) + 1)
+        read = min(synced, (getattr(self.draft, "window", None) or synced) + 1)
         t_s = lower_median(self.costs.steady)
         if read >= CATCH_MIN and t_sync > 0 and t_s is not None:
             self.costs.catch.append(max(t_sync - t_s, 0.0) / (read - 2))
@@ -130,8 +144,14 @@ class DuoProposer:
         return choose(a, b, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
                       n_avail=n_avail, k_d=k_d, alpha_d=min(ln.alpha, 0.999), t_d=t_d,
                       t_c=t_c if t_c is not None else CATCH_PRIOR * t_d, can_extend=n_avail < k, k_max=k,
-                      t_s=t_s if t_s is not None else STEADY_PRIOR * t_d, window=self.draft.window,
-                      pending=self.draft.model.missing(self.draft.view(history)))
+                      t_s=t_s if t_s is not None else STEADY_PRIOR * t_d, window=getattr(self.draft, "window", None),
+                      pending=self._pending(history))
+
+    def _pending(self, history: Sequence[int]) -> int:
+        """History tokens the draft model has not read (1 for a drafter that does not say)."""
+        if not isinstance(self.draft, DraftModelProposer):
+            return 1
+        return self.draft.model.missing(self.draft.view(history))
 
     def _learn(self, history: Sequence[int]) -> None:
         """How the last lookup proposal fared: the history now holds what the target kept of it."""

@@ -17,7 +17,7 @@ from app.engine.draftlen import DraftLength
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.mtp import MtpHead, MtpProposer, mtp_reason
-from app.engine.duo import CATCH_WINDOW, DuoProposer, ReadCosts
+from app.engine.duo import DuoProposer
 from app.engine.mix import LookupAcceptance
 from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
 from app.engine.suffix import SuffixIndex
@@ -33,7 +33,6 @@ class Pair:
         self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
         self.lookup_index = SuffixIndex()  # what proposer "auto" has read since load: its lookup's memory
         self._lookup_acceptance = LookupAcceptance()  # how lookup proposals fared, by match length
-        self._read_costs = ReadCosts()  # what the draft model was timed reading unseen history (auto)
         if draft is not None:
             self.set_draft(draft)
 
@@ -74,7 +73,6 @@ class Pair:
                 draft.close()
                 raise
         old, self.draft = self.draft, draft
-        self._read_costs = ReadCosts()
         self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in ("draft", "auto")}  # other costs
         return old
 
@@ -93,9 +91,8 @@ class Pair:
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        model = DraftModelProposer(self.draft, p_min=p_min, window=CATCH_WINDOW if kind == "auto" else None)
-        return DuoProposer(model, self.lookup_index, self._lookup_acceptance, self._read_costs) if kind == "auto" \
-            else model
+        model = DraftModelProposer(self.draft, p_min=p_min)
+        return DuoProposer(model, self.lookup_index, self._lookup_acceptance) if kind == "auto" else model
 
     def mtp_head(self) -> MtpHead:
         """The target's MTP head (its own context, made once); MtpUnavailable says why there is none."""

@@ -70,8 +70,14 @@ class DraftModelProposer:
     def __init__(self, model: Model, p_min: float = 0.0, window: Optional[int] = None):
         self.model = model
         self.p_min = p_min
-        self.window = window if window and not model.recurrent else None  # recurrent memory: read everything
+        self.window: Optional[int] = None
         self.skips: list[tuple[int, int]] = []  # history ranges [a, b) the draft's cache does not hold
+        self.use_window(window)
+
+    def use_window(self, window: Optional[int]) -> None:
+        """Skip all but the last ``window`` of a long run of unseen tokens (None: read them all; recurrent
+        memory always reads them all)."""
+        self.window = window if window and not self.model.recurrent else None
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         self.skips = []
