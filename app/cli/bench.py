@@ -14,6 +14,7 @@ from app.engine.assistant import is_assistant
 from app.engine.mtp import mtp_reason
 from app.engine.sampling import SamplerSettings
 from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
+from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.prompts import PromptFileError, load_prompts
 from app.models.provision import ensure_pair
 from app.numfmt import fmt as _f
@@ -33,8 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=limit("temperature"), default=0.0)
     p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
     p.add_argument("--seed", type=limit("seed"), default=0)
-    p.add_argument("--proposer", choices=PROPOSERS, default="draft",
-                   help="draft (default): the draft model; auto: prompt lookup or the draft model, chosen each step (lookup alone without a draft); mtp: the target's MTP head")
+    p.add_argument("--proposer", type=proposer_list, default=("draft",),
+                   help="draft (default): the draft model; auto: prompt lookup or the draft model, chosen each step "
+                        "(lookup alone without a draft); mtp: the target's MTP head; a comma list (auto,draft,lookup) "
+                        "runs them interleaved in one sitting and compares them per prompt")
     p.add_argument("--repeats", type=limit("repeats"), default=1)
     p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=limit("ctx"), default=4096, help="context size")
@@ -51,7 +54,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def proposer_list(text: str) -> tuple:
+    """``--proposer``: one proposer or a comma list of distinct ones."""
+    names = tuple(n.strip() for n in text.split(","))
+    bad = [n for n in names if n not in PROPOSERS]
+    if bad or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"--proposer takes {', '.join(PROPOSERS)} or a comma list of distinct ones, "
+                                         f"not {text!r}")
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
+    args.proposers, args.proposer = args.proposer, args.proposer[0]
+    if len(args.proposers) > 1 and args.reference:
+        fail("--reference times one proposer; give --proposer one name with it")
     if args.json_out:
         paths.check_writable(args.json_out)  # before the run, not after it
     try:
@@ -63,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         missing = [str(f) for f in (target, draft) if f is not None and not f.is_file()]
         if missing:
             fail("no such file: " + ", ".join(missing))
-        if draft is None and args.proposer == "draft":
+        if draft is None and "draft" in args.proposers:
             fail("--target needs --draft (or --proposer lookup, or mtp for a target with an MTP head)")
         pair_id = None
     else:
@@ -85,15 +101,17 @@ def run(args: argparse.Namespace) -> int:
     kind = " (assistant drafter)" if draft is not None and is_assistant(draft) else ""
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}{kind}; "
           f"{len(prompts)} prompts, "
-          f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={args.proposer}", flush=True)
-    pair, gpu = load(target, draft if args.proposer != "lookup" else None, args, "bench")
+          f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={','.join(args.proposers)}", flush=True)
+    pair, gpu = load(target, draft if set(args.proposers) != {"lookup"} else None, args, "bench")
     local = None
     if args.reference == "local":  # the same pair without the workers, loaded as auto would load it here
         local, _ = load(target, draft if args.proposer != "lookup" else None,
                              argparse.Namespace(**dict(vars(args), rpc=(), gpu_layers="auto")), "bench local")
     with pair:
-        if args.proposer == "mtp" and not pair.has_mtp:
+        if "mtp" in args.proposers and not pair.has_mtp:
             fail(f"--proposer mtp: {target.name}: {mtp_reason(pair.target)}")
+        if len(args.proposers) > 1:
+            return _compare(pair, prompts, gen, args, pair_id, gpu)
         try:
             result = run_bench(pair, prompts, BenchConfig(gen=gen, repeats=args.repeats, reference=args.reference,
                                                           local=local), progress=_progress)
@@ -110,6 +128,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"memory: {notice}")
     if args.json_out:
         out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command, memory_notices=notices)
+        Path(args.json_out).write_text(json.dumps(out, indent=2))
+        print(f"[bench] wrote {args.json_out}")
+    print(f"[bench] reproduce: {command}")
+    return 0
+
+
+def _compare(pair, prompts, gen: GenConfig, args: argparse.Namespace, pair_id, gpu) -> int:
+    """Several proposers, interleaved in one sitting (``lab/drafters.py``): each one's table, then the comparison."""
+    result = compare_drafters(pair, prompts, gen, args.proposers, repeats=args.repeats, progress=_progress)
+    command = reproduce_command(sys.argv)
+    print(file=sys.stderr)
+    for name, one in result.results.items():
+        print(f"--proposer {name}")
+        print(format_table(one))
+        print()
+    print(format_comparison(result))
+    if args.json_out:
+        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command)
         Path(args.json_out).write_text(json.dumps(out, indent=2))
         print(f"[bench] wrote {args.json_out}")
     print(f"[bench] reproduce: {command}")

@@ -17,6 +17,7 @@ from the history at the next step, per match length.
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from typing import Optional, Sequence
 
@@ -31,7 +32,31 @@ from app.engine.suffix import SuffixIndex
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
+STEADY_PRIOR = 1.5  # … and reading two costs this many draft tokens (a 2-token batch: measured 1.7)
+# After a lookup stretch the draft model reads only the last CATCH_WINDOW accepted tokens and skips the rest
+# (proposers.py): a catch-up costs at most this many tokens, however long the stretch.
+CATCH_WINDOW = 8
 CATCH_MIN = 8  # catch-ups of at least this many tokens time the per-token cost (shorter ones are mostly overhead)
+
+
+class ReadCosts:
+    """What the draft model was timed reading unseen history (mix.reading's ``t_s`` and ``t_c``), kept per
+    draft model (``read_costs``), so a generation starts from what the earlier ones measured."""
+
+    def __init__(self) -> None:
+        self.steady: deque = deque(maxlen=8)  # recent seconds the draft model took to read 2 unseen tokens
+        self.catch: deque = deque(maxlen=8)  # … and per further token read in a longer catch-up
+
+
+_READ_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def read_costs(model) -> ReadCosts:
+    """The reading costs measured for this loaded draft model (forgotten with it)."""
+    try:
+        return _READ_COSTS.setdefault(model, ReadCosts())
+    except TypeError:  # not weakly referable: costs for this generation only
+        return ReadCosts()
 
 
 class DuoProposer:
@@ -41,11 +66,14 @@ class DuoProposer:
     couples = True  # the draft model's tokens sample with the coupled rule's noise; lookup's are deterministic
     mixes = True  # the loop hands it the draft limit; it reads the controller's K for the draft model itself
 
-    def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance):
+    def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
+                 costs: Optional[ReadCosts] = None):
         self.draft, self.index, self.acceptance = draft, index, acceptance
+        self.costs = costs or read_costs(getattr(draft, "model", None))
+        if isinstance(draft, DraftModelProposer):
+            draft.use_window(CATCH_WINDOW)
         self.length: Optional[DraftLength] = None
         self._last: Optional[tuple] = None  # (history length, lookup tokens proposed, match length)
-        self._catch: deque = deque(maxlen=8)  # recent catch-up seconds per token read by the draft model
         self.last_choice = Choice()
 
     def bind(self, length: DraftLength) -> None:
@@ -74,7 +102,7 @@ class DuoProposer:
             match = None
         else:
             match = self.index.longest(k)
-            choice = self._choose(ln, match, k, k_d)
+            choice = self._choose(ln, match, k, k_d, history)
         self.last_choice = choice
         lookup = list(match.tokens[:choice.lookup]) if match is not None and choice.lookup else []
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
@@ -86,28 +114,44 @@ class DuoProposer:
             if sample:
                 out.q += d.q or []
             out.synced, out.t_sync = d.synced, d.t_sync
-            if d.synced >= CATCH_MIN and d.t_sync > 0:
-                self._catch.append(d.t_sync / d.synced)
+            self._timed_reading(d.synced, d.t_sync)
         if lookup:
             self._last = (len(history), tuple(lookup), match.length)
         out.seconds = time.perf_counter() - t0
         return out
+
+    def _timed_reading(self, synced: int, t_sync: float) -> None:
+        """Learn ``t_s`` (reading 2 tokens) and ``t_c`` (each further one: mix.reading) from a timed catch-up."""
+        if synced == 2 and t_sync > 0:
+            self.costs.steady.append(t_sync)
+        read = min(synced, (getattr(self.draft, "window", None) or synced) + 1)
+        t_s = lower_median(self.costs.steady)
+        if read >= CATCH_MIN and t_sync > 0 and t_s is not None:
+            self.costs.catch.append(max(t_sync - t_s, 0.0) / (read - 2))
 
     def finish(self, history: Sequence[int]) -> None:
         """The generation ended at ``history``: index all of it (the next request may quote it)."""
         self._learn(history)
         self.index.sync(history)
 
-    def _choose(self, ln: DraftLength, match, k: int, k_d: int) -> Choice:
+    def _choose(self, ln: DraftLength, match, k: int, k_d: int, history: Sequence[int]) -> Choice:
         n_avail = len(match.tokens) if match is not None else 0
         if not ln.auto:  # a fixed K: no costs measured to weigh; a long match is taken, else the draft model
             return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
         a, b = ln.verify_line()
         t_d = ln.t_d or 0.0
-        t_c = lower_median(self._catch)
-        return choose(a, b, alpha_l=self.acceptance.alpha(match.length) if match is not None else 0.0,
+        t_s, t_c = lower_median(self.costs.steady), lower_median(self.costs.catch)
+        return choose(a, b, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
                       n_avail=n_avail, k_d=k_d, alpha_d=min(ln.alpha, 0.999), t_d=t_d,
-                      t_c=t_c if t_c is not None else CATCH_PRIOR * t_d, can_extend=n_avail < k, k_max=k)
+                      t_c=t_c if t_c is not None else CATCH_PRIOR * t_d, can_extend=n_avail < k, k_max=k,
+                      t_s=t_s if t_s is not None else STEADY_PRIOR * t_d, window=getattr(self.draft, "window", None),
+                      pending=self._pending(history))
+
+    def _pending(self, history: Sequence[int]) -> int:
+        """History tokens the draft model has not read (1 for a drafter that does not say)."""
+        if not isinstance(self.draft, DraftModelProposer):
+            return 1
+        return self.draft.model.missing(self.draft.view(history))
 
     def _learn(self, history: Sequence[int]) -> None:
         """How the last lookup proposal fared: the history now holds what the target kept of it."""

@@ -6,27 +6,40 @@ per-token acceptance ``alpha_l`` for lookup tokens (measured for matches of that
 the draft's (Leviathan et al.'s i.i.d. assumption, position by position):
 
     E(n_l, n_d) = 1 + sum_{i=1..n_l} alpha_l^i + alpha_l^n_l * sum_{j=1..n_d} alpha_d^j
-    cost(n_l, n_d) = n_l * t_c [n_d > 0] + (E - 1) * t_c [n_d = 0, the draft model in use] + n_d * t_d
-                     + t_v(n_l + n_d + 1),   t_v(n) = a + b n
+    cost(n_l, n_d) = R(p + n_l) [n_d > 0] + (R(p + E) - R(p)) [n_d = 0, the draft model in use]
+                     + n_d * t_d + t_v(n_l + n_d + 1),   t_v(n) = a + b n
+    R(n) = t_s min(n - 1, 1) + t_c (min(n, W + 1) - 2)^+   (what reading n unseen tokens costs the draft)
 
-and the step takes ``argmax E / cost`` over: no draft (E = 1, cost t_v(1)); the draft model at the controller's
-K (``draftlen.py``); lookup proposals of length 1 .. what the match offers; and, where the match's
-continuation ends before the draft limit, the whole continuation extended by 1 .. K draft tokens. Lookup costs
-no draft time (a dictionary query), but a draft model that is in use must read what lookup's step emitted
-before it drafts again: ``t_c`` per token (a batched catch-up, measured: on the demo pair's 2-core CPU about
-0.55 of a draft token, a fifth of a target step), charged to a lookup step for the tokens it is expected to
-emit, and to an extension for the lookup tokens the draft reads before extending them.
+and the step takes ``argmax E / cost`` over: no draft (E = 1, cost t_v(1)); the draft model at the
+controller's K (``draftlen.py``); lookup proposals of length 1 .. what the match offers; and, where the match's
+continuation ends before the draft limit, the whole continuation extended by 1 .. K draft tokens.
+
+``p`` is how many history tokens the draft model has not read: 1 in steady state (the pending token, read by
+its first decode), 2 after a fully accepted draft (its own last token and the bonus token: a 2-token batch,
+``t_s``, on the demo pair's CPU about 17 ms, 1.7 draft tokens, which ``t_d`` leaves out), more after lookup
+steps (``t_c`` a token, a batch: about 0.75 of a draft token there). It reads at most the last ``W`` of them
+and skips the rest (``CATCH_WINDOW``, duo.py), so a lookup step costs the draft model only what it *adds* to
+that reading, R(p + E) - R(p): nothing once a lookup stretch is longer than the window; and a return to the
+draft model is charged what it must read first.
 
 Lookup acceptance depends on how long the match is (a 2-token match is a guess; a 20-token match is a copy),
-so it is estimated per match-length bucket, with a weak prior and exponential forgetting.
+so it is estimated per match-length bucket, with a weak prior and exponential forgetting. A bucket that is
+never tried is never measured (a good draft model's rate can stay above the prior's forever), so the choice
+reads it *optimistically*, an upper confidence bound in the manner of UCB (Auer et al. 2002):
+``alpha_l + Z * sqrt(alpha_l (1 - alpha_l) / n)`` over its ``n`` judged tokens: a bucket tried a few times is
+given the benefit of the doubt, one tried often is taken at its measure (``Z`` small: at the ~20 judged tokens
+forgetting keeps, the bound is within 0.05 of the estimate).
 
 References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192), Eq. 1; Saxena 2023, prompt lookup
-decoding; Oliaro et al. 2024, SuffixDecoding (arXiv:2411.04975): match length as the lookup's confidence.
+decoding; Auer, Cesa-Bianchi, Fischer, Machine Learning 47 (2002), UCB1; Oliaro et al. 2024, SuffixDecoding
+(arXiv:2411.04975): match length as the lookup's confidence.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Optional
 
 BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCKETS[i] up to the next
 # A weak prior per bucket (two judged tokens): the longer the match, the likelier a copy — high enough that a
@@ -34,6 +47,7 @@ BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCK
 PRIOR_ALPHA_L = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 PRIOR_TRIALS_L = 2.0
 FORGET_L = 0.95  # per judged lookup proposal: a bucket follows its last ~20 proposals
+Z = 0.5  # the optimism of an upper confidence bound, in standard errors
 MARGIN = 0.02  # a lookup proposal must beat a plain step by 2 % (as the draft model must: draftlen.py)
 
 
@@ -62,6 +76,12 @@ class LookupAcceptance:
         b = self.bucket(match_len)
         return self.accepted[b] / self.trials[b]
 
+    def optimistic(self, match_len: int) -> float:
+        """The upper confidence bound of :meth:`alpha` (see the module docstring), below 1."""
+        b = self.bucket(match_len)
+        a = self.accepted[b] / self.trials[b]
+        return min(a + Z * math.sqrt(a * (1 - a) / self.trials[b]), 0.999)
+
     def record(self, match_len: int, proposed: int, accepted: int) -> None:
         """``proposed`` lookup tokens verified, the first ``accepted`` of them kept."""
         if proposed <= 0:
@@ -84,26 +104,40 @@ def expected_mixed(alpha_l: float, n_l: int, alpha_d: float = 0.0, n_d: int = 0)
     return e
 
 
+def reading(n: float, t_s: float, t_c: float, window: Optional[int] = None) -> float:
+    """Seconds the draft model spends reading ``n`` history tokens it has not seen before it drafts: nothing
+    for one (its first decode reads it), ``t_s`` for two, ``t_c`` for each further one up to ``window`` + 1
+    (the rest are skipped, proposers.py); ``n`` may be an expectation (linear in between)."""
+    if window is not None:
+        n = min(n, window + 1)
+    return t_s * min(max(n - 1, 0.0), 1.0) + t_c * max(n - 2, 0.0)
+
+
 def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_d: float, t_d: float,
-           t_c: float, can_extend: bool, k_max: int) -> Choice:
+           t_c: float, can_extend: bool, k_max: int, t_s: float = 0.0, pending: int = 1,
+           window: Optional[int] = None) -> Choice:
     """The best proposal for one step (see the module docstring): ``a, b`` the verify cost line, ``n_avail``
     lookup tokens the match offers, ``k_d`` the draft model's K (0: it should not draft now),
-    ``can_extend``: the match's continuation ended before the draft limit, so draft tokens may follow it."""
+    ``can_extend``: the match's continuation ended before the draft limit, so draft tokens may follow it;
+    ``pending`` history tokens the draft model has not read (1 in steady state), read at ``t_s``, ``t_c`` and
+    through ``window`` (:func:`reading`)."""
     tv = lambda n: a + b * n  # noqa: E731
+    read = lambda n: reading(n, t_s, t_c, window)  # noqa: E731
     plain = Choice(rate=1.0 / tv(1))
     best = plain
-    if k_d > 0:
-        best = max(best, Choice(draft=k_d, rate=expected_mixed(0.0, 0, alpha_d, k_d) / (k_d * t_d + tv(k_d + 1))),
-                   key=_rate)
-    catch = t_c if k_d > 0 else 0.0  # the draft model will read lookup's tokens before it drafts again
-    lookups = [Choice(lookup=n, rate=(e := expected_mixed(alpha_l, n)) / (tv(n + 1) + (e - 1) * catch))
+    if k_d > 0:  # the controller chose to draft (its pauses decide between the draft model and plain steps)
+        best = Choice(draft=k_d, rate=expected_mixed(0.0, 0, alpha_d, k_d) / (k_d * t_d + read(pending) + tv(k_d + 1)))
+    # the draft model will read what a lookup step emits before it drafts again: what that adds to its reading
+    lookups = [Choice(lookup=n, rate=(e := expected_mixed(alpha_l, n))
+                      / (tv(n + 1) + (read(pending + e) - read(pending) if k_d > 0 else 0.0)))
                for n in range(1, n_avail + 1)]
     best_lookup = max(lookups, key=_rate, default=None)
     if best_lookup is not None and best_lookup.rate > plain.rate * (1 + MARGIN) and best_lookup.rate > best.rate:
         best = best_lookup
     if can_extend and n_avail > 0 and k_d > 0:
         for j in range(1, min(k_d, k_max - n_avail) + 1):
-            rate = expected_mixed(alpha_l, n_avail, alpha_d, j) / (n_avail * t_c + j * t_d + tv(n_avail + j + 1))
+            rate = expected_mixed(alpha_l, n_avail, alpha_d, j) / (read(pending + n_avail) + j * t_d
+                                                                   + tv(n_avail + j + 1))
             if rate > best.rate and rate > plain.rate * (1 + MARGIN):
                 best = Choice(lookup=n_avail, draft=j, rate=rate)
     return best

@@ -55,18 +55,68 @@ class DraftModelProposer:
     Its KV cache holds a prefix of the history plus the tokens it drafted last time; on each call it keeps
     the part that still agrees with the history, rolls back the rest, and decodes what it has not seen.
     Drafting stops early when the draft's top probability falls below ``p_min`` (llama.cpp's rule).
+
+    ``window``: when more than this many history tokens are new to the draft (another drafter's accepted
+    tokens, duo.py), it reads only the last ``window`` of them and *skips* the rest: its cache then holds the
+    history with holes (``skips``, history ranges never read), at consecutive positions. Its proposals are
+    conditioned on less, which only changes how good they are: the target verifies every token, and ``q`` is
+    still the distribution each token was drawn from. ``synced`` counts the skipped tokens too, so the catch-up
+    time per token is what a long stretch of other tokens really costs.
     """
 
     name = "draft"
     couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
 
-    def __init__(self, model: Model, p_min: float = 0.0):
+    def __init__(self, model: Model, p_min: float = 0.0, window: Optional[int] = None):
         self.model = model
         self.p_min = p_min
+        self.window: Optional[int] = None
+        self.skips: list[tuple[int, int]] = []  # history ranges [a, b) the draft's cache does not hold
+        self.use_window(window)
+
+    def use_window(self, window: Optional[int]) -> None:
+        """Skip all but the last ``window`` of a long run of unseen tokens (None: read them all; recurrent
+        memory always reads them all)."""
+        self.window = window if window and not self.model.recurrent else None
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
+        self.skips = []
         if warm:
             self.model.sync(prompt[:-1], need_logits=False)
+
+    def view(self, history: Sequence[int]) -> list[int]:
+        """``history`` as the draft's cache holds it: without the skipped ranges."""
+        if self.skips and self.skips[-1][1] > len(history):
+            self.skips = []  # a shorter history without begin(): a new one
+        out: list[int] = []
+        at = 0
+        for a, b in self.skips:
+            out.extend(history[at:a])
+            at = b
+        out.extend(history[at:])
+        return out
+
+    def _skip(self, history: Sequence[int]) -> tuple[list[int], int]:
+        """(the view to sync, history tokens new to the draft), skipping all but the last ``window`` of those
+        when there are more."""
+        view = self.view(history)
+        missing = self.model.missing(view)
+        if self.window is None or missing <= self.window + 1:
+            return view, missing
+        start = len(view) - missing  # view index of the first token the draft lacks, then its history index
+        for a, b in self.skips:
+            if a > start:
+                break
+            start += b - a
+        stop = len(history) - self.window - 1  # the last window tokens and the pending one are read
+        end = self.skips[-1][1] if self.skips else 0
+        if start < end or stop <= start:  # the draft lacks tokens before a hole (rolled back): read them all
+            return view, missing
+        if start == end:
+            self.skips[-1] = (self.skips[-1][0], stop)
+        else:
+            self.skips.append((start, stop))
+        return self.view(history), missing
 
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
                 rng: np.random.Generator, sample: bool, noise: Optional[GumbelNoise] = None) -> Draft:
@@ -76,8 +126,8 @@ class DraftModelProposer:
         k = min(k, room)
         if k <= 0:
             return draft
-        draft.synced = self.model.missing(history)
-        logits = self.model.sync(history)
+        view, draft.synced = self._skip(history)
+        logits = self.model.sync(view)
         draft.t_sync = time.perf_counter() - t0 if draft.synced > 1 else 0.0
         recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
         for j in range(k):

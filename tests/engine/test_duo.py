@@ -13,7 +13,7 @@ import pytest
 from app.engine.draftlen import DraftLength
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
-from app.engine.mix import BUCKETS, Choice, LookupAcceptance, choose, expected_mixed
+from app.engine.mix import BUCKETS, Choice, LookupAcceptance, choose, expected_mixed, reading
 from app.engine.sampling import SamplerSettings
 from app.engine.stats import expected_tokens
 from app.engine.verify import rejection_sample, sample_from
@@ -87,6 +87,38 @@ def test_choice_takes_a_long_trusted_match_and_leaves_a_doubtful_one():
     assert ext.lookup == 3 and ext.draft > 0
 
 
+def test_reading_unseen_tokens_costs_up_to_the_window():
+    t_s, t_c = 0.017, 0.008
+    assert reading(1, t_s, t_c) == 0.0  # the pending token: the first decode reads it
+    assert reading(2, t_s, t_c) == pytest.approx(t_s)
+    assert reading(1.5, t_s, t_c) == pytest.approx(t_s / 2)  # an expectation: linear in between
+    assert reading(20, t_s, t_c) == pytest.approx(t_s + 18 * t_c)
+    assert reading(20, t_s, t_c, window=8) == pytest.approx(t_s + 7 * t_c) == reading(100, t_s, t_c, window=8)
+
+
+def test_what_the_draft_model_must_read_tips_a_close_call_to_lookup():
+    common = dict(alpha_l=0.8, n_avail=16, k_d=16, alpha_d=0.99, t_d=0.010, t_c=0.008, can_extend=False, k_max=16,
+                  window=8)
+    a, b = 0.026, 0.004  # measured on the demo pair (edit-rename): the draft model accepts nearly everything
+    assert choose(a, b, **common).draft == 16  # steady state, nothing to read: the draft model
+    after_stretch = choose(a, b, **common, t_s=0.017, pending=9)  # it must read 9 tokens before it drafts
+    assert after_stretch.draft == 0 and after_stretch.lookup > 0
+    # in a lookup stretch past the window, a lookup step adds nothing to read: it is judged on verify alone
+    mid = choose(a, b, **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=12)
+    fresh = choose(a, b, **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=1)
+    assert mid.lookup > 0 and fresh.draft == 16
+
+
+def test_a_bucket_tried_little_is_read_optimistically():
+    acc = LookupAcceptance()
+    assert acc.optimistic(12) > acc.alpha(12) + 0.1  # the prior alone: two judged tokens
+    for _ in range(200):
+        acc.record(12, 8, 6)  # measured often: 6 of 8 (7 judged) each time
+    assert acc.alpha(12) == pytest.approx(6 / 7, abs=0.01)
+    assert acc.alpha(12) < acc.optimistic(12) < acc.alpha(12) + 0.05
+    assert acc.optimistic(2) < 1.0
+
+
 def test_lookup_acceptance_is_learnt_per_match_length():
     acc = LookupAcceptance()
     assert acc.alpha(40) > acc.alpha(2)  # the prior trusts long matches more
@@ -136,7 +168,8 @@ def test_greedy_auto_equals_plain_on_edit_and_other_prompts(smol_pair, k):
 def test_token_events_say_which_drafter_and_steps_count_lookup(smol_pair):
     prompt = next(p for p in builtin_suite("edit") if p.id == "edit-hints").tokens(smol_pair)
     smol_pair.reset()
-    events = list(smol_pair.generate(prompt, GenConfig(max_tokens=128, proposer="auto")))
+    # a fixed K: the choice does not hang on timings (a long match is taken, else the draft model drafts)
+    events = list(smol_pair.generate(prompt, GenConfig(max_tokens=128, proposer="auto", k=12)))
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     steps = [e for e in events if isinstance(e, StepEvent)]
     done = events[-1]

@@ -1,0 +1,191 @@
+"""Several proposers benchmarked in one sitting: for every prompt and repeat, plain decoding and each proposer
+run back to back (the order rotated each repeat), so that the proposers are compared on runs interleaved in
+time rather than across runs minutes apart, on a machine whose speed drifts.
+
+Each proposer's figures are computed as ``bench.py`` computes a single one's (speedup: per prompt, median
+over repeats against the median of the same prompt's plain runs; the summary: the median over prompts). The
+comparison adds, per prompt, the better *single* drafter (``draft`` or ``lookup``, whichever was faster there;
+the one of them that ran, if only one did) and the combined drafter's (``auto``) speedup as a share of it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Sequence
+
+from app.engine.loop import GenConfig
+from app.engine.pair import Pair
+from app.engine.stats import median
+from app.lab import oracle
+from app.lab.bench import BenchResult, RunResult, _aggregate, _prompt_result, encode, measure
+from app.lab.prompts import Prompt
+
+SINGLE = ("draft", "lookup")  # the single drafters auto is compared with
+COMBINED = "auto"
+
+
+@dataclass(frozen=True)
+class DrafterRow:
+    """One prompt: each proposer's speedup over the plain runs of the same sitting."""
+
+    id: str
+    speedups: dict  # proposer -> speedup (None without plain tokens/s)
+    best_single: Optional[str] = None  # the faster of draft and lookup here (of those that ran)
+    auto_ratio: Optional[float] = None  # auto's speedup / the better single drafter's (with auto)
+    bound: Optional[float] = None  # the hindsight bound's speedup (oracle.py; T = 0 with auto only): an estimate
+    bound_gain: Optional[float] = None  # that bound / the better single drafter's own hindsight bound
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "speedups": dict(self.speedups), "best_single": self.best_single,
+                "auto_ratio": self.auto_ratio, "bound": self.bound, "bound_gain": self.bound_gain}
+
+
+@dataclass(frozen=True)
+class DrafterComparison:
+    """Per proposer, what ``run_bench`` would report for it alone; per prompt, the comparison."""
+
+    results: dict  # proposer -> BenchResult
+    rows: list  # DrafterRow
+    partial: bool = False
+
+    @property
+    def auto_ratio(self) -> Optional[float]:
+        """The median over prompts of auto's speedup / the better single drafter's."""
+        return median([r.auto_ratio for r in self.rows])
+
+    @property
+    def auto_ratio_min(self) -> Optional[float]:
+        ratios = [r.auto_ratio for r in self.rows if r.auto_ratio is not None]
+        return min(ratios) if ratios else None
+
+    def to_dict(self) -> dict:
+        return {"proposers": {p: r.to_dict() for p, r in self.results.items()},
+                "per_prompt": [r.to_dict() for r in self.rows], "auto_ratio": self.auto_ratio,
+                "auto_ratio_min": self.auto_ratio_min, "partial": self.partial}
+
+
+def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, proposers: Sequence[str],
+                     repeats: int = 1, warmup: bool = True,
+                     progress: Optional[Callable[[int, int, str], None]] = None,
+                     cancel: Optional[threading.Event] = None) -> DrafterComparison:
+    """Plain decoding and every proposer in ``proposers`` on each prompt, interleaved (see the module doc)."""
+    if len(set(proposers)) != len(proposers) or not proposers:
+        raise ValueError(f"give each proposer once, not {list(proposers)}")
+    plain_cfg = GenConfig(max_tokens=gen.max_tokens, sampler=gen.sampler, speculative=False)
+    cfgs = {p: replace(gen, proposer=p) for p in proposers}
+    encoded, skipped = encode(pair, prompts)
+    if warmup:
+        warm = min(32, gen.max_tokens)
+        for cfg in [plain_cfg, *cfgs.values()]:
+            measure(pair, encoded[0][1], replace(cfg, max_tokens=warm))
+    modes = ["plain", *proposers]
+    total, done, partial = len(encoded) * repeats * len(modes), 0, False
+    rows: dict = {p: [] for p in proposers}
+    bounds: list = []
+    index_bytes: Optional[int] = None
+    for prompt, tokens in encoded:
+        runs: dict = {m: [] for m in modes}
+        for r in range(repeats):
+            shift = r % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
+                if cancel is not None and cancel.is_set():
+                    partial = True
+                    break
+                result: RunResult = measure(pair, tokens, plain_cfg if mode == "plain" else cfgs[mode])
+                runs[mode].append(result)
+                if mode == COMBINED:
+                    index_bytes = max(index_bytes or 0, pair.lookup_index.nbytes())
+                done += 1
+                if progress:
+                    progress(done, total, f"{prompt.id} {mode}")
+        if partial and not all(runs.values()):
+            break
+        for p in proposers:
+            rows[p].append(_prompt_result(pair, prompt, tokens, runs["plain"], runs[p], cfgs[p]))
+        bounds.append(_bound(pair, tokens, runs["plain"][0].tokens, cfgs.get(COMBINED)))
+        if partial:
+            break
+    results = {p: _aggregate(rows[p], cfgs[p], partial, None, skipped,
+                             index_bytes if p == COMBINED else None) for p in proposers}
+    rows_out = [replace(r, bound=b[0], bound_gain=b[1]) for r, b in zip(_compare(results), bounds)]
+    return DrafterComparison(results=results, rows=rows_out, partial=partial)
+
+
+def _bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> tuple:
+    """(the hindsight bound's speedup, its gain over the better single drafter's own hindsight bound) for one
+    prompt (oracle.py), with the costs auto K measured in this sitting; Nones unless auto ran greedy at auto K
+    with a draft model and the costs are measured."""
+    if cfg is None or not cfg.sampler.greedy or cfg.k != "auto" or pair.draft is None or not output:
+        return None, None
+    length = pair.draft_length(cfg)
+    if length is None or not length.measured():
+        return None, None
+    a, b = length.verify_line()
+    t_d = length.t_d or 0.0
+    lookup = oracle.lookup_kept(prompt, output, cfg.k_max)
+    draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
+    none = [0] * len(output)
+    mixed = oracle.best_time(lookup, draft, a, b, t_d)
+    single = min(oracle.best_time(lookup, none, a, b, t_d), oracle.best_time(none, draft, a, b, t_d))
+    return len(output) * (a + b) / mixed, single / mixed
+
+
+def _compare(results: dict) -> list[DrafterRow]:
+    first: BenchResult = next(iter(results.values()))
+    out = []
+    for i, row in enumerate(first.per_prompt):
+        speedups = {p: r.per_prompt[i].speedup for p, r in results.items()}
+        singles = {p: speedups[p] for p in SINGLE if speedups.get(p) is not None}
+        best = max(singles, key=singles.__getitem__) if singles else None
+        ratio = None
+        if best is not None and speedups.get(COMBINED) is not None and singles[best]:
+            ratio = speedups[COMBINED] / singles[best]
+        out.append(DrafterRow(id=row.id, speedups=speedups, best_single=best, auto_ratio=ratio))
+    return out
+
+
+def format_comparison(c: DrafterComparison) -> str:
+    """The per-prompt table: each proposer's speedup, the better single drafter, auto / it."""
+    names = list(c.results)
+    both = any(r.auto_ratio is not None for r in c.rows)
+    bound = any(r.bound is not None for r in c.rows)
+    head = f"{'prompt':<20} {'plain t/s':>9} " + " ".join(f"{p:>8}" for p in names) \
+        + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'bound':>7} {'gain':>5}" if bound else "")
+    lines = [head, "-" * len(head)]
+    first = next(iter(c.results.values()))
+    for i, row in enumerate(c.rows):
+        cells = " ".join(f"{_x(row.speedups[p]):>8}" for p in names)
+        tail = (f" {row.best_single or '-':>11} {_r(row.auto_ratio):>9}" if both else "") \
+            + (f" {_x(row.bound):>7} {_r(row.bound_gain):>5}" if bound else "")
+        lines.append(f"{row.id[:20]:<20} {_n(first.per_prompt[i].baseline_tps):>9} {cells}{tail}")
+    lines.append("-" * len(head))
+    cells = " ".join(f"{_x(c.results[p].speedup):>8}" for p in names)
+    gain = median([r.bound_gain for r in c.rows])
+    tail = (f" {'':>11} {_r(c.auto_ratio):>9}" if both else "") \
+        + (f" {_x(median([r.bound for r in c.rows])):>7} {_r(gain):>5}" if bound else "")
+    lines.append(f"{'median':<20} {_n(first.baseline_tps):>9} {cells}{tail}")
+    if both:
+        lines.append(f"auto / the better single drafter: median {_r(c.auto_ratio)}, lowest {_r(c.auto_ratio_min)} "
+                     "(per prompt, runs interleaved in one sitting)")
+    if bound:
+        lines.append("bound: a chooser that knew what lookup and the draft model would get accepted at every step, "
+                     "with the costs auto K measured here and no catch-up (app/lab/oracle.py; an estimate, not a run); "
+                     "gain: that bound over the better single drafter's own hindsight bound (what choosing per step "
+                     "can add at best)")
+    same = {p: r.identical for p, r in c.results.items() if r.identical is not None}
+    if same:
+        lines.append("output identical to plain: " + ", ".join(f"{p} {'yes' if v else 'NO'}" for p, v in same.items()))
+    return "\n".join(lines)
+
+
+def _x(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _r(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _n(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.1f}"
