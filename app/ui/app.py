@@ -101,7 +101,8 @@ def _header(state: AppState, ready: bool = False) -> str:
     else:
         pair = "no pair loaded"
     mark = ' class="tdm-ready"' if ready else ""
-    return (f'<div{mark} style="display:flex;justify-content:space-between;align-items:baseline;gap:12px;flex-wrap:wrap">'
+    row = "display:flex;justify-content:space-between;align-items:baseline;gap:12px;flex-wrap:wrap"
+    return (f'<div{mark} style="{row}">'
             f'<div><span style="font-size:20px;font-weight:700">Tandem</span> '
             f'<span class="tdm-muted">speculative decoding, locally</span></div>'
             f'<div class="tdm-muted" title="{panel.esc(_files(info))}">{panel.esc(pair)} · '

@@ -172,7 +172,8 @@ HEAD = """<script>
     p.replaceChildren(head);
     if (kind === "corrected" && d.d !== undefined) {
       const prob = d.q ? " (draft p = " + d.q + ")" : "";
-      const a = line(d.w === "lookup" ? "prompt lookup proposed" : "draft proposed", d.d); a.appendChild(document.createTextNode(prob)); p.appendChild(a);
+      const a = line(d.w === "lookup" ? "prompt lookup proposed" : "draft proposed", d.d);
+      a.appendChild(document.createTextNode(prob)); p.appendChild(a);
       p.appendChild(line("target chose", d.t));
     } else if (kind === "corrected") {
       p.appendChild(line("the target rejected the draft's token here and chose", el.textContent));

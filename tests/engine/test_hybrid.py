@@ -145,7 +145,8 @@ def test_hybrid_sampling_keeps_the_target_distribution(hybrid_models):
 
     def first_two(seed: int) -> list[int]:
         cfg = GenConfig(max_tokens=2, k=2, sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
-        return [e for e in generate(target, prompt, cfg, DraftModelProposer(draft)) if isinstance(e, DoneEvent)][0].tokens
+        events = generate(target, prompt, cfg, DraftModelProposer(draft))
+        return [e for e in events if isinstance(e, DoneEvent)][0].tokens
 
     assert_keeps_law(law, first_two, draws=1500)
 
