@@ -20,6 +20,7 @@ from app.engine.stats import median
 from app.lab import oracle
 from app.lab.bench import BenchResult, RunResult, _aggregate, _prompt_result, encode, measure
 from app.lab.prompts import Prompt
+from app.numfmt import fmt
 
 SINGLE = ("draft", "lookup")  # the single drafters auto is compared with
 COMBINED = "auto"
@@ -155,18 +156,18 @@ def format_comparison(c: DrafterComparison) -> str:
     lines = [head, "-" * len(head)]
     first = next(iter(c.results.values()))
     for i, row in enumerate(c.rows):
-        cells = " ".join(f"{_x(row.speedups[p]):>8}" for p in names)
-        tail = (f" {row.best_single or '-':>11} {_r(row.auto_ratio):>9}" if both else "") \
-            + (f" {_x(row.bound):>7} {_r(row.bound_gain):>5}" if bound else "")
-        lines.append(f"{row.id[:20]:<20} {_n(first.per_prompt[i].baseline_tps):>9} {cells}{tail}")
+        cells = " ".join(f"{fmt(row.speedups[p], '.2f', 'x'):>8}" for p in names)
+        tail = (f" {row.best_single or '-':>11} {fmt(row.auto_ratio):>9}" if both else "") \
+            + (f" {fmt(row.bound, '.2f', 'x'):>7} {fmt(row.bound_gain):>5}" if bound else "")
+        lines.append(f"{row.id[:20]:<20} {fmt(first.per_prompt[i].baseline_tps, '.1f'):>9} {cells}{tail}")
     lines.append("-" * len(head))
-    cells = " ".join(f"{_x(c.results[p].speedup):>8}" for p in names)
+    cells = " ".join(f"{fmt(c.results[p].speedup, '.2f', 'x'):>8}" for p in names)
     gain = median([r.bound_gain for r in c.rows])
-    tail = (f" {'':>11} {_r(c.auto_ratio):>9}" if both else "") \
-        + (f" {_x(median([r.bound for r in c.rows])):>7} {_r(gain):>5}" if bound else "")
-    lines.append(f"{'median':<20} {_n(first.baseline_tps):>9} {cells}{tail}")
+    tail = (f" {'':>11} {fmt(c.auto_ratio):>9}" if both else "") \
+        + (f" {fmt(median([r.bound for r in c.rows]), '.2f', 'x'):>7} {fmt(gain):>5}" if bound else "")
+    lines.append(f"{'median':<20} {fmt(first.baseline_tps, '.1f'):>9} {cells}{tail}")
     if both:
-        lines.append(f"auto / the better single drafter: median {_r(c.auto_ratio)}, lowest {_r(c.auto_ratio_min)} "
+        lines.append(f"auto / the better single drafter: median {fmt(c.auto_ratio)}, lowest {fmt(c.auto_ratio_min)} "
                      "(per prompt, runs interleaved in one sitting)")
     if bound:
         lines.append("bound: a chooser that knew what lookup and the draft model would get accepted at every step, "
@@ -178,14 +179,3 @@ def format_comparison(c: DrafterComparison) -> str:
         lines.append("output identical to plain: " + ", ".join(f"{p} {'yes' if v else 'NO'}" for p, v in same.items()))
     return "\n".join(lines)
 
-
-def _x(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def _r(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
-
-def _n(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.1f}"
