@@ -10,7 +10,7 @@ from pathlib import Path
 from app import paths
 from app.cli.args import add_gpu_args, fail, k_value, limit, load, reproduce_command
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
-from app.engine.assistant import is_assistant
+from app.engine.assistant import LABEL as ASSISTANT_LABEL, is_assistant
 from app.engine.mtp import mtp_reason
 from app.engine.sampling import SamplerSettings
 from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
@@ -96,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
              "alone; give the workers with --rpc")
     if args.reference == "bare-spec" and args.proposer != "draft":
         fail("--reference bare-spec compares draft-model speculation; use --proposer draft")
-    if args.reference == "bare-spec" and draft is not None and is_assistant(draft):
+    assistant = draft is not None and is_assistant(draft)
+    if args.reference == "bare-spec" and assistant:
         fail("--reference bare-spec runs a draft model alone; an assistant drafter runs only on the target's cache")
-    kind = " (assistant drafter)" if draft is not None and is_assistant(draft) else ""
+    kind = f" ({ASSISTANT_LABEL})" if assistant else ""
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}{kind}; "
           f"{len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={','.join(args.proposers)}", flush=True)
