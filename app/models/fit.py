@@ -29,12 +29,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from app.engine.memory import DEFAULT_RS_SNAPSHOTS as RS_SNAPSHOTS  # the snapshots the engine asks for
+
 GIB = 1 << 30
 GPU_RESERVE = GIB
 CACHE_TYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
                     "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32)}  # (bytes, per elements)
 FITS = ("gpu", "partial", "cpu", "no")
-RS_SNAPSHOTS = 17  # recurrent-state snapshots the app asks for (app.engine.memory.DEFAULT_RS_SNAPSHOTS)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,12 @@ class Plan:
 def kv_bytes(m: ModelShape, ctx: int, cache_type: str = "f16", n_ubatch: int = 512) -> int:
     """Bytes of the KV cache at context ``ctx`` (see the module docstring)."""
     num, per = CACHE_TYPE_BYTES[cache_type]
-    n_kv = m.n_layers if m.attn_layers < 0 else m.attn_layers + m.nextn_layers if m.attn_layers else 0
+    if m.attn_layers < 0:  # every layer has a KV cache
+        n_kv = m.n_layers
+    elif m.attn_layers == 0:  # none: it reads another model's cache (an assistant drafter)
+        n_kv = 0
+    else:  # hybrid: the trunk's attention layers, and the MTP context's NextN layers
+        n_kv = m.attn_layers + m.nextn_layers
     swa = min(m.swa_layers, n_kv) if m.swa_window else 0
     swa_cells = min(ctx, m.swa_window + n_ubatch)
     cells = (n_kv - swa) * ctx + swa * swa_cells
