@@ -15,11 +15,12 @@ from app.engine.backend import Model
 from app.engine.events import DoneEvent, StepEvent
 from app.engine.loop import GenConfig, generate, run
 from app.engine.memory import Way
-from app.engine.mtp import MtpHead, MtpProposer, MtpUnavailable
+from app.engine.mtp import MtpHead, MtpUnavailable
 from app.engine.pair import Pair
 from app.engine.sampling import SamplerSettings
 from app.testing import load_options
 from support.loopchi2 import assert_keeps_law, two_token_law
+from support.mtpcheck import RecordingMtp, plain_tokens
 from support.tinymtp import write_qwen35_mtp
 
 PROMPT = "Once upon a time, in a land far away, there was"
@@ -50,10 +51,6 @@ def mtp_fresh(mtp_files):
         yield m
 
 
-def _plain(model: Model, prompt, n: int) -> list[int]:
-    model.reset()
-    return run(model, prompt, GenConfig(max_tokens=n, speculative=False))[0]
-
 
 def test_mtp_head_loads_on_the_target(mtp_pair, mtp_files):
     t = mtp_pair.target
@@ -73,7 +70,7 @@ def test_mtp_head_loads_on_the_target(mtp_pair, mtp_files):
 @pytest.mark.parametrize("k", [1, 3, "auto"])
 def test_mtp_greedy_speculative_equals_plain_with_rejections(mtp_pair, mtp_fresh, k):
     prompt = mtp_pair.target.tokenize(PROMPT)
-    plain = _plain(mtp_fresh, prompt, 60)
+    plain = plain_tokens(mtp_fresh, prompt, 60)
     mtp_pair.reset()
     before = mtp_pair.target.memory_counts()
     cfg = GenConfig(max_tokens=60, k=k, proposer="mtp")
@@ -92,22 +89,12 @@ def test_mtp_copy_head_accepts_everything(mtp_files):
     rows are paired as llama.cpp's driver pairs them."""
     with Pair.load(mtp_files["copy"], None, load_options(n_ctx=512)) as pair:
         prompt = pair.target.tokenize(PROMPT)
-        plain = _plain(pair.target, prompt, 40)
+        plain = plain_tokens(pair.target, prompt, 40)
         pair.reset()
         cfg = GenConfig(max_tokens=40, k=4, proposer="mtp")
         out, stats = run(pair.target, prompt, cfg, pair.proposer(cfg))
         assert out == plain and stats.rejections == 0 and stats.acceptance_rate == 1.0 and stats.drafted > 20
 
-
-class _Recording(MtpProposer):
-    def __init__(self, head):
-        super().__init__(head)
-        self.calls: list[tuple[list[int], list[int]]] = []
-
-    def propose(self, history, k, sampler, rng, sample, noise=None):
-        draft = super().propose(history, k, sampler, rng, sample, noise)
-        self.calls.append((list(history), list(draft.tokens)))
-        return draft
 
 
 def test_mtp_drafts_equal_a_fresh_head_fed_in_one_batch(mtp_pair, mtp_fresh):
@@ -116,7 +103,7 @@ def test_mtp_drafts_equal_a_fresh_head_fed_in_one_batch(mtp_pair, mtp_fresh):
     row paired with the wrong token would change the drafts."""
     prompt = mtp_pair.target.tokenize(PROMPT)
     mtp_pair.reset()
-    rec = _Recording(mtp_pair.mtp_head())
+    rec = RecordingMtp(mtp_pair.mtp_head())
     run(mtp_pair.target, prompt, GenConfig(max_tokens=40, k=3, proposer="mtp"), rec)
     checked = 0
     with MtpHead(mtp_fresh) as ref:
@@ -146,10 +133,10 @@ def test_mtp_chat_prefix_reuse(mtp_pair, mtp_fresh):
     before = target.memory_counts()
     out2, _ = run(target, turn2, cfg, mtp_pair.proposer(cfg))
     assert target.memory_counts()[Way.REPREFILL] == before[Way.REPREFILL]
-    assert out2 == _plain(mtp_fresh, turn2, 30)
+    assert out2 == plain_tokens(mtp_fresh, turn2, 30)
     rewritten = turn2 + out2[:5] + target.tokenize(" but", add_special=False)
     out3, _ = run(target, rewritten, cfg, mtp_pair.proposer(cfg))
-    assert out3 == _plain(mtp_fresh, rewritten, 30)
+    assert out3 == plain_tokens(mtp_fresh, rewritten, 30)
 
 
 def test_mtp_sampling_keeps_the_target_distribution(mtp_pair, mtp_fresh):

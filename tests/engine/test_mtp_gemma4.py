@@ -21,6 +21,7 @@ from app.engine.pair import Pair
 from app.engine.sampling import SamplerSettings
 from app.testing import load_options
 from support.loopchi2 import assert_keeps_law, two_token_law
+from support.mtpcheck import RecordingMtp, plain_tokens
 from support.tinygemma4 import write_gemma4, write_gemma4_assistant
 from support.tinymtp import write_qwen35_mtp
 
@@ -54,10 +55,6 @@ def g4_fresh(g4_files):
         yield m
 
 
-def _plain(model: Model, prompt, n: int) -> list[int]:
-    model.reset()
-    return run(model, prompt, GenConfig(max_tokens=n, speculative=False))[0]
-
 
 def test_gemma4_assistant_loads_as_the_draft(g4_pair, g4_files):
     assert gguf_arch(g4_files["assistant"]) == "gemma4-assistant" and is_assistant(g4_files["assistant"])
@@ -77,7 +74,7 @@ def test_gemma4_assistant_refused_alone_or_beside_another_arch(g4_files):
 @pytest.mark.parametrize("k", [1, 3, "auto"])
 def test_gemma4_assistant_greedy_speculative_equals_plain_with_rejections(g4_pair, g4_fresh, k):
     prompt = g4_pair.target.tokenize(PROMPT)
-    plain = _plain(g4_fresh, prompt, 60)
+    plain = plain_tokens(g4_fresh, prompt, 60)
     g4_pair.reset()
     cfg = GenConfig(max_tokens=60, k=k, proposer="draft")
     out, stats = run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg), length=g4_pair.draft_length(cfg))
@@ -92,22 +89,12 @@ def test_gemma4_copy_assistant_accepts_everything(g4_files):
     positions are paired as llama.cpp's driver pairs them."""
     with Pair.load(g4_files["bigram"], g4_files["copy"], load_options(n_ctx=512)) as pair:
         prompt = pair.target.tokenize(PROMPT)
-        plain = _plain(pair.target, prompt, 40)
+        plain = plain_tokens(pair.target, prompt, 40)
         pair.reset()
         cfg = GenConfig(max_tokens=40, k=4, proposer="draft")
         out, stats = run(pair.target, prompt, cfg, pair.proposer(cfg))
         assert out == plain and stats.rejections == 0 and stats.acceptance_rate == 1.0 and stats.drafted > 20
 
-
-class _Recording(MtpProposer):
-    def __init__(self, head):
-        super().__init__(head)
-        self.calls: list[tuple[list[int], list[int]]] = []
-
-    def propose(self, history, k, sampler, rng, sample, noise=None):
-        draft = super().propose(history, k, sampler, rng, sample, noise)
-        self.calls.append((list(history), list(draft.tokens)))
-        return draft
 
 
 def test_gemma4_assistant_drafts_equal_a_fresh_target_and_assistant(g4_pair, g4_fresh, g4_files):
@@ -117,7 +104,7 @@ def test_gemma4_assistant_drafts_equal_a_fresh_target_and_assistant(g4_pair, g4_
     change the drafts."""
     prompt = g4_pair.target.tokenize(PROMPT)
     g4_pair.reset()
-    rec = _Recording(g4_pair.draft)
+    rec = RecordingMtp(g4_pair.draft)
     _, stats = run(g4_pair.target, prompt, GenConfig(max_tokens=50, k=3, proposer="draft"), rec)
     assert stats.rejections > 3
     checked = 0
@@ -147,10 +134,10 @@ def test_gemma4_assistant_chat_prefix_reuse(g4_pair, g4_fresh):
     g4_pair.draft.reset()
     assert target.missing(turn2[:-1]) == len(turn2) - 1 - held  # the first turn is still cached
     out2, _ = run(target, turn2, cfg, g4_pair.proposer(cfg))
-    assert out2 == _plain(g4_fresh, turn2, 30)
+    assert out2 == plain_tokens(g4_fresh, turn2, 30)
     rewritten = turn2 + out2[:5] + target.tokenize(" but", add_special=False)
     out3, _ = run(target, rewritten, cfg, g4_pair.proposer(cfg))
-    assert out3 == _plain(g4_fresh, rewritten, 30)
+    assert out3 == plain_tokens(g4_fresh, rewritten, 30)
 
 
 def test_gemma4_assistant_sampling_keeps_the_target_distribution(g4_pair, g4_fresh):
@@ -180,7 +167,7 @@ def test_gemma4_assistant_swapped_out_and_back(g4_files, smol_paths):
     one turns them on again; output stays the target's."""
     with Pair.load(g4_files["target"], None, load_options(n_ctx=512)) as pair:
         prompt = pair.target.tokenize(PROMPT)
-        plain = _plain(pair.target, prompt, 24)
+        plain = plain_tokens(pair.target, prompt, 24)
         assert pair.target.hidden is None
         pair.set_draft(AssistantModel(g4_files["assistant"], load_options(n_ctx=512), pair.target))
         assert pair.target.hidden is not None
