@@ -36,16 +36,21 @@ STEADY_PRIOR = 1.5  # … and reading two costs this many draft tokens (a 2-toke
 # After a lookup stretch the draft model reads only the last CATCH_WINDOW accepted tokens and skips the rest
 # (proposers.py): a catch-up costs at most this many tokens, however long the stretch.
 CATCH_WINDOW = 8
+# A return to the draft model after a lookup stretch is charged its catch-up shared over the draft steps that
+# follow it: the mean of the recent runs, with this prior (one run of it) before any was seen.
+RUNS_PRIOR = 4.0
 CATCH_MIN = 8  # catch-ups of at least this many tokens time the per-token cost (shorter ones are mostly overhead)
 
 
 class ReadCosts:
-    """What the draft model was timed reading unseen history (mix.reading's ``t_s`` and ``t_c``), kept per
-    draft model (``read_costs``), so a generation starts from what the earlier ones measured."""
+    """What the draft model was timed reading unseen history (mix.reading's ``t_s`` and ``t_c``) and how long
+    its runs between lookup stretches lasted (mix.choose's ``runs``), kept per draft model (``read_costs``), so
+    a generation starts from what the earlier ones measured."""
 
     def __init__(self) -> None:
         self.steady: deque = deque(maxlen=8)  # recent seconds the draft model took to read 2 unseen tokens
         self.catch: deque = deque(maxlen=8)  # … and per further token read in a longer catch-up
+        self.runs: deque = deque(maxlen=8)  # how many steps in a row the draft model drafted, run by run
 
 
 _READ_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -75,6 +80,8 @@ class DuoProposer:
         self.length: Optional[DraftLength] = None
         self._last: Optional[tuple] = None  # (history length, lookup tokens proposed, match length)
         self.last_choice = Choice()
+        self._run = 0  # steps in a row the draft model drafted, so far
+        self._regret = 0.0  # seconds the plain steps since it last drafted lost against it (mix.choose)
 
     def bind(self, length: DraftLength) -> None:
         """The draft-length controller of this generation."""
@@ -84,6 +91,7 @@ class DuoProposer:
         self.draft.begin(prompt, warm)
         self.index.start(prompt)
         self._last = None
+        self._run, self._regret = 0, 0.0
 
     def time_tokens(self, history: Sequence[int], k: int) -> float:
         return self.draft.time_tokens(history, k)
@@ -104,6 +112,13 @@ class DuoProposer:
             match = self.index.longest(k)
             choice = self._choose(ln, match, k, k_d, history)
         self.last_choice = choice
+        if choice.draft > 0:
+            self._run += 1
+            self._regret = 0.0
+        elif self._run:
+            self.costs.runs.append(self._run)
+            self._run = 0
+        self._regret += choice.regret
         lookup = list(match.tokens[:choice.lookup]) if match is not None and choice.lookup else []
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
                     lookup=len(lookup))
@@ -145,7 +160,12 @@ class DuoProposer:
                       n_avail=n_avail, k_d=k_d, alpha_d=min(ln.alpha, 0.999), t_d=t_d,
                       t_c=t_c if t_c is not None else CATCH_PRIOR * t_d, can_extend=n_avail < k, k_max=k,
                       t_s=t_s if t_s is not None else STEADY_PRIOR * t_d, window=getattr(self.draft, "window", None),
-                      pending=self._pending(history))
+                      pending=self._pending(history), runs=self._runs(), regret=self._regret)
+
+    def _runs(self) -> float:
+        """Draft steps a return to the draft model is expected to last (the mean of recent runs)."""
+        runs = list(self.costs.runs)
+        return (sum(runs) + RUNS_PRIOR) / (len(runs) + 1)
 
     def _pending(self, history: Sequence[int]) -> int:
         """History tokens the draft model has not read (1 for a drafter that does not say)."""

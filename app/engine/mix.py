@@ -22,15 +22,29 @@ and skips the rest (``CATCH_WINDOW``, duo.py), so a lookup step costs the draft 
 that reading, R(p + E) - R(p): nothing once a lookup stretch is longer than the window; and a return to the
 draft model is charged what it must read first.
 
+A return to the draft model after a lookup stretch (``p`` > 2) pays its catch-up once and then drafts for a
+run of steps (until lookup takes over again), so the catch-up beyond the steady read is charged shared over
+``runs``, the mean length of the recent runs (renewal-reward: a one-off cost over the cycle it opens); and
+the draft model is then weighed against a plain step like everything else, so where lookup's stretches are
+broken by short edits (a renamed variable) the gaps are filled by plain steps, as lookup alone fills them.
+Never locked out: each such plain step adds what it lost against the draft model's steady rate to a
+``regret``, and once that reaches the catch-up's cost the draft model returns (the ski-rental rule: rent
+until the rent paid equals the price, Karlin et al. 1988, which never pays more than twice the best choice
+made in hindsight).
+
 Lookup acceptance depends on how long the match is (a 2-token match is a guess; a 20-token match is a copy),
 so it is estimated per match-length bucket, with a weak prior and exponential forgetting. A bucket that is
 never tried is never measured (a good draft model's rate can stay above the prior's forever), so the choice
 reads it *optimistically*, an upper confidence bound in the manner of UCB (Auer et al. 2002):
 ``alpha_l + Z * sqrt(alpha_l (1 - alpha_l) / n)`` over its ``n`` judged tokens: a bucket tried a few times is
 given the benefit of the doubt, one tried often is taken at its measure (``Z`` small: at the ~20 judged tokens
-forgetting keeps, the bound is within 0.05 of the estimate).
+forgetting keeps, the bound is within 0.05 of the estimate). What the choice reads is also capped by the
+last few proposals of any length (forgetting ``FORGET_RECENT`` a proposal, the bucket's rate as their prior):
+a reply that edits as it copies breaks even long matches every few tokens, which a bucket learnt over many
+replies would see only slowly.
 
-References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192), Eq. 1; Saxena 2023, prompt lookup
+References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192), Eq. 1; Karlin, Manasse, Rudolph,
+Sleator, Algorithmica 3 (1988), competitive snoopy caching (the ski-rental rule); Saxena 2023, prompt lookup
 decoding; Auer, Cesa-Bianchi, Fischer, Machine Learning 47 (2002), UCB1; Oliaro et al. 2024, SuffixDecoding
 (arXiv:2411.04975): match length as the lookup's confidence.
 """
@@ -38,7 +52,7 @@ decoding; Auer, Cesa-Bianchi, Fischer, Machine Learning 47 (2002), UCB1; Oliaro 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCKETS[i] up to the next
@@ -47,6 +61,7 @@ BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCK
 PRIOR_ALPHA_L = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 PRIOR_TRIALS_L = 2.0
 FORGET_L = 0.95  # per judged lookup proposal: a bucket follows its last ~20 proposals
+FORGET_RECENT = 0.7  # per judged proposal: where the text is now (a copy with edits in it, or a new passage)
 Z = 0.5  # the optimism of an upper confidence bound, in standard errors
 MARGIN = 0.02  # a lookup proposal must beat a plain step by 2 % (as the draft model must: draftlen.py)
 
@@ -59,6 +74,7 @@ class Choice:
     lookup: int = 0
     draft: int = 0
     rate: float = 0.0
+    regret: float = 0.0  # a plain step taken to spare the draft model a catch-up: seconds it lost to its drafting
 
 
 class LookupAcceptance:
@@ -67,6 +83,7 @@ class LookupAcceptance:
     def __init__(self):
         self.accepted = [a * PRIOR_TRIALS_L for a in PRIOR_ALPHA_L]
         self.trials = [PRIOR_TRIALS_L] * len(BUCKETS)
+        self.recent_accepted = self.recent_trials = 0.0  # every bucket's last few proposals (FORGET_RECENT)
 
     @staticmethod
     def bucket(match_len: int) -> int:
@@ -80,7 +97,10 @@ class LookupAcceptance:
         """The upper confidence bound of :meth:`alpha` (see the module docstring), below 1."""
         b = self.bucket(match_len)
         a = self.accepted[b] / self.trials[b]
-        return min(a + Z * math.sqrt(a * (1 - a) / self.trials[b]), 0.999)
+        ucb = a + Z * math.sqrt(a * (1 - a) / self.trials[b])
+        # … and no higher than what the last few proposals (any length) kept, the bucket's rate as their prior
+        r = (self.recent_accepted + a * PRIOR_TRIALS_L) / (self.recent_trials + PRIOR_TRIALS_L)
+        return min(ucb, r + Z * math.sqrt(r * (1 - r) / (self.recent_trials + PRIOR_TRIALS_L)), 0.999)
 
     def record(self, match_len: int, proposed: int, accepted: int) -> None:
         """``proposed`` lookup tokens verified, the first ``accepted`` of them kept."""
@@ -90,6 +110,8 @@ class LookupAcceptance:
         judged = min(accepted + 1, proposed)
         self.accepted[b] = self.accepted[b] * FORGET_L + accepted
         self.trials[b] = self.trials[b] * FORGET_L + judged
+        self.recent_accepted = self.recent_accepted * FORGET_RECENT + accepted
+        self.recent_trials = self.recent_trials * FORGET_RECENT + judged
 
 
 def expected_mixed(alpha_l: float, n_l: int, alpha_d: float = 0.0, n_d: int = 0) -> float:
@@ -115,18 +137,29 @@ def reading(n: float, t_s: float, t_c: float, window: Optional[int] = None) -> f
 
 def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_d: float, t_d: float,
            t_c: float, can_extend: bool, k_max: int, t_s: float = 0.0, pending: int = 1,
-           window: Optional[int] = None) -> Choice:
+           window: Optional[int] = None, runs: float = 1.0, regret: float = 0.0) -> Choice:
     """The best proposal for one step (see the module docstring): ``a, b`` the verify cost line, ``n_avail``
     lookup tokens the match offers, ``k_d`` the draft model's K (0: it should not draft now),
     ``can_extend``: the match's continuation ended before the draft limit, so draft tokens may follow it;
     ``pending`` history tokens the draft model has not read (1 in steady state), read at ``t_s``, ``t_c`` and
-    through ``window`` (:func:`reading`)."""
+    through ``window`` (:func:`reading`), the part of it beyond the steady read shared over ``runs`` draft
+    steps."""
     tv = lambda n: a + b * n  # noqa: E731
-    read = lambda n: reading(n, t_s, t_c, window)  # noqa: E731
+
+    def read(n: float) -> float:  # a catch-up beyond the steady read is shared by the draft steps it enables
+        steady = reading(min(n, 2), t_s, t_c, window)
+        return steady + (reading(n, t_s, t_c, window) - steady) / max(runs, 1.0)
+
     plain = Choice(rate=1.0 / tv(1))
     best = plain
-    if k_d > 0:  # the controller chose to draft (its pauses decide between the draft model and plain steps)
-        best = Choice(draft=k_d, rate=expected_mixed(0.0, 0, alpha_d, k_d) / (k_d * t_d + read(pending) + tv(k_d + 1)))
+    if k_d > 0:  # the controller chose to draft (its pauses decide between the draft model and plain steps) …
+        e_d, t_draft = expected_mixed(0.0, 0, alpha_d, k_d), k_d * t_d + tv(k_d + 1)
+        draft = Choice(draft=k_d, rate=e_d / (t_draft + read(pending)))
+        catch_up = reading(pending, t_s, t_c, window) - reading(min(pending, 2), t_s, t_c, window)
+        if pending <= 2 or draft.rate > plain.rate * (1 + MARGIN) or regret >= catch_up:
+            best = draft  # … unless a catch-up first makes it lose, and plain steps have not yet lost as much
+        else:
+            best = replace(plain, regret=max(tv(1) - (t_draft + read(min(pending, 2))) / e_d, 0.0))
     # the draft model will read what a lookup step emits before it drafts again: what that adds to its reading
     lookups = [Choice(lookup=n, rate=(e := expected_mixed(alpha_l, n))
                       / (tv(n + 1) + (read(pending + e) - read(pending) if k_d > 0 else 0.0)))

@@ -7,6 +7,8 @@ greedy output equals plain decoding, tokens say which drafter proposed them, a s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -107,6 +109,36 @@ def test_what_the_draft_model_must_read_tips_a_close_call_to_lookup():
     mid = choose(a, b, **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=12)
     fresh = choose(a, b, **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=1)
     assert mid.lookup > 0 and fresh.draft == 16
+
+
+def test_a_return_to_the_draft_model_is_charged_its_catch_up_shared_over_the_steps_it_drafts():
+    common = dict(alpha_l=0.0, n_avail=0, k_d=8, alpha_d=0.95, t_d=0.010, t_s=0.017, t_c=0.0075, can_extend=False,
+                  k_max=16, window=8)
+    a, b = 0.023, 0.0045  # the demo pair's verify line (seconds)
+    assert choose(a, b, **common, pending=2).draft == 8  # steady state: what the controller chose
+    # after a lookup stretch it must first read 9 tokens: worth it only if it then drafts for a while
+    spared = choose(a, b, **common, pending=12, runs=1)
+    assert spared.draft == 0 and spared.lookup == 0 and spared.rate == pytest.approx(1 / (a + b))
+    assert choose(a, b, **common, pending=12, runs=8).draft == 8
+    # never locked out: plain steps add up what they lost against its drafting, and at the catch-up's price it returns
+    assert 0 < spared.regret < a + b
+    catch_up = reading(12, 0.017, 0.0075, 8) - 0.017
+    steps = 0
+    regret = 0.0
+    while choose(a, b, **common, pending=12 + steps, runs=1, regret=regret).draft == 0:
+        regret += spared.regret
+        steps += 1
+    assert steps == math.ceil(catch_up / spared.regret)
+
+
+def test_lookup_is_trusted_no_more_than_its_last_few_proposals_kept():
+    acc = LookupAcceptance()
+    for _ in range(50):
+        acc.record(20, 16, 16)  # earlier replies: long matches were copies
+    for _ in range(4):
+        acc.record(20, 16, 2)  # this one renames a variable: a long match breaks every few tokens
+    assert acc.alpha(20) > 0.97  # the bucket, learnt over many proposals, hardly moved …
+    assert acc.optimistic(20) < acc.alpha(20) - 0.05  # … what the choice reads follows the text
 
 
 def test_a_bucket_tried_little_is_read_optimistically():
