@@ -47,7 +47,7 @@ class GenConfig:
     max_tokens: int = 256
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     speculative: bool = True
-    proposer: str = "draft"  # "draft", "lookup", "mtp" or "auto" (lookup or the draft model, per step; lookup without a draft)
+    proposer: str = "auto"  # "auto" (lookup or the draft model, per step; lookup without a draft), "draft", "lookup", "mtp"
     k: Union[int, str] = "auto"  # a fixed draft length, or "auto"
     k_max: int = DEFAULT_K_MAX  # ceiling for auto
     p_min: float = DEFAULT_P_MIN  # auto: stop drafting below this draft confidence

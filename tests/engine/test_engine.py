@@ -41,7 +41,7 @@ def test_target_drafting_for_itself_accepts_nearly_everything(smol_paths):
     with Pair.load(target, target, load_options(n_ctx=1024)) as pair:
         prompt = builtin_suite("code")[0].tokens(pair)
         plain, _ = _run(pair, prompt, max_tokens=TOKENS, speculative=False)
-        spec, stats = _run(pair, prompt, max_tokens=TOKENS, k=4)
+        spec, stats = _run(pair, prompt, max_tokens=TOKENS, k=4, proposer="draft")
     assert spec == plain
     assert stats.acceptance_rate >= 0.95
 
@@ -49,7 +49,7 @@ def test_target_drafting_for_itself_accepts_nearly_everything(smol_paths):
 def test_events_carry_provenance_and_timings(smol_pair):
     prompt = smol_pair.chat_prompt([{"role": "user", "content": "Count from one to twenty in words."}])
     smol_pair.reset()
-    cfg = GenConfig(max_tokens=32, k=4)
+    cfg = GenConfig(max_tokens=32, k=4, proposer="draft")  # the draft model's tokens carry their probabilities
     events = list(smol_pair.generate(prompt, cfg))
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     steps = [e for e in events if isinstance(e, StepEvent)]

@@ -126,7 +126,7 @@ def _bench_rows(cfg: GenConfig) -> list:
 
 
 def test_bench_result_to_dict_is_the_bench_json_contract():
-    cfg = GenConfig(max_tokens=8, k="auto")
+    cfg = GenConfig(max_tokens=8, k="auto", proposer="draft")
     rows = _bench_rows(cfg)
     skipped = [{"id": "p3", "category": "x", "error": "too long"}]
     out = bench._aggregate(rows, cfg, False, None, skipped).to_dict()
