@@ -84,9 +84,10 @@ def _wire_settings(gen: Controls, status: Any, lines: list, gotos: list, tabs: g
         wrong = problem(settings)
         return [panel.status_html(wrong, "error") if wrong else "", *[summary_html(settings)] * len(lines)]
 
-    for component in gen.components:
-        component.change(check, gen.components, [status, *lines], api_visibility="private", queue=False,
-                         show_progress="hidden")
+    # One listener for every control, run one at a time and always with the latest values: the page's load handler
+    # sets the controls (each firing a change), and a stale answer arriving after a newer one would show old settings.
+    gr.on([component.change for component in gen.components], check, gen.components, [status, *lines],
+          api_visibility="private", trigger_mode="always_last", concurrency_limit=1, show_progress="hidden")
     for button in gotos:
         button.click(lambda: gr.Tabs(selected="pair"), None, [tabs], api_visibility="private", queue=False)
 

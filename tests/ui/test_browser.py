@@ -128,11 +128,15 @@ def settings_say(page, text: str, timeout: float = 60_000) -> None:
         raise AssertionError(f"Chat's settings line never said {text!r}; it says {shown!r}") from exc
 
 
-def proposer(page, label: str) -> None:
+def proposer(page, label: str, says: str) -> None:
+    """Pick the proposer labelled ``label`` in Pair settings; Chat's settings line then names it as ``says``."""
     open_tab(page, "Pair settings")
     page.locator("#tdm-gen-proposer label", has_text=label).click()
-    settings_say(page, label)
+    settings_say(page, f"Pair settings): {says}")
     open_tab(page, "Chat")
+
+
+AUTO = ("auto (both, per step)", "auto")  # the default proposer: its label, and how the settings line says it
 
 
 def choose(page, elem_id: str, option: str) -> None:
@@ -144,6 +148,7 @@ def choose(page, elem_id: str, option: str) -> None:
 
 def test_chat_reply_is_coloured_in_place_with_a_line_under_it(page):
     clear(page)
+    proposer(page, "draft model", "the draft model")  # every drafted token from one drafter, numbered from pass 1
     setting(page, "k", "4", "K 4")  # a fixed K drafts whatever the machine's load (auto K may pause)
     set_slider(page, "tdm-chat-max-tokens", 32)
     send(page, "Name three fruits.")
@@ -167,6 +172,7 @@ def test_chat_reply_is_coloured_in_place_with_a_line_under_it(page):
     page.click("#tdm-glossary")
     shot(page, "chat-finished")
     setting(page, "k", "auto", "K auto")
+    proposer(page, *AUTO)
 
 
 def test_enter_sends_and_shift_enter_adds_a_line(page):
@@ -263,7 +269,7 @@ def test_speedup_is_measured_or_labelled_and_never_shown_with_speculation_off(pa
 def test_a_corrected_token_opens_an_inspector_with_the_drafts_token(page):
     clear(page)
     set_slider(page, "tdm-chat-max-tokens", 48)
-    proposer(page, "prompt lookup")  # lookup drafts often go wrong
+    proposer(page, "prompt lookup", "prompt lookup")  # lookup drafts often go wrong
     try:
         send(page, "Count from one to twelve in words, separated by commas: one, two, three, four, five, six")
         page.wait_for_selector("#tdm-chat-status .tdm-status-ok")
@@ -280,7 +286,7 @@ def test_a_corrected_token_opens_an_inspector_with_the_drafts_token(page):
         shot(page, "chat-inspector", full_page=False)
         page.keyboard.press("Escape")
     finally:
-        proposer(page, "draft model")
+        proposer(page, *AUTO)
 
 
 def test_compare_replays_both_runs_as_a_race(page):
