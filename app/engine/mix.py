@@ -145,18 +145,17 @@ def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_
     through ``window`` (:func:`reading`), the part of it beyond the steady read shared over ``runs`` draft
     steps."""
     tv = lambda n: a + b * n  # noqa: E731
+    catch_up = lambda n: reading(n, t_s, t_c, window) - reading(min(n, 2), t_s, t_c, window)  # noqa: E731
 
     def read(n: float) -> float:  # a catch-up beyond the steady read is shared by the draft steps it enables
-        steady = reading(min(n, 2), t_s, t_c, window)
-        return steady + (reading(n, t_s, t_c, window) - steady) / max(runs, 1.0)
+        return reading(min(n, 2), t_s, t_c, window) + catch_up(n) / max(runs, 1.0)
 
     plain = Choice(rate=1.0 / tv(1))
     best = plain
     if k_d > 0:  # the controller chose to draft (its pauses decide between the draft model and plain steps) …
         e_d, t_draft = expected_mixed(0.0, 0, alpha_d, k_d), k_d * t_d + tv(k_d + 1)
         draft = Choice(draft=k_d, rate=e_d / (t_draft + read(pending)))
-        catch_up = reading(pending, t_s, t_c, window) - reading(min(pending, 2), t_s, t_c, window)
-        if pending <= 2 or draft.rate > plain.rate * (1 + MARGIN) or regret >= catch_up:
+        if pending <= 2 or draft.rate > plain.rate * (1 + MARGIN) or regret >= catch_up(pending):
             best = draft  # … unless a catch-up first makes it lose, and plain steps have not yet lost as much
         else:
             best = replace(plain, regret=max(tv(1) - (t_draft + read(min(pending, 2))) / e_d, 0.0))
