@@ -35,9 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
     p.add_argument("--seed", type=limit("seed"), default=0)
     p.add_argument("--proposer", type=proposer_list, default=("draft",),
-                   help="draft (default here): the draft model; auto (the app's and the API's default): prompt lookup "
-                        "or the draft model, chosen each step (lookup alone without a draft); mtp: the target's MTP head; a comma list (auto,draft,lookup) "
-                        "runs them interleaved in one sitting and compares them per prompt")
+                   help="draft (default here): the draft model; auto (the app's and the API's default): prompt "
+                        "lookup or the draft model, chosen each step (lookup alone without a draft); mtp: the target's "
+                        "MTP head; a comma list (auto,draft,lookup) runs them interleaved in one sitting and compares "
+                        "them per prompt")
     p.add_argument("--repeats", type=limit("repeats"), default=1)
     p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=limit("ctx"), default=4096, help="context size")
