@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 
 from app.engine.backend import Model
-from app.engine.events import DoneEvent, StepEvent
-from app.engine.loop import GenConfig, generate, run
+from app.engine.loop import GenConfig, run
 from app.engine.memory import Way
 from app.engine.mtp import MtpHead, MtpUnavailable
 from app.engine.pair import Pair
-from app.engine.sampling import SamplerSettings
 from app.testing import load_options
-from support.loopchi2 import assert_keeps_law, two_token_law
+from support.loopchi2 import assert_pair_keeps_law
 from support.mtpcheck import RecordingMtp, plain_tokens
 from support.tinymtp import write_qwen35_mtp
 
@@ -142,22 +140,7 @@ def test_mtp_chat_prefix_reuse(mtp_pair, mtp_fresh):
 def test_mtp_sampling_keeps_the_target_distribution(mtp_pair, mtp_fresh):
     """χ² on the joint law of the first two tokens at T = 1, top-k 3, through the real loop with rejection
     sampling against the head's own q (rejected tokens are rolled back in between)."""
-    prompt = mtp_pair.target.tokenize(PROMPT)
-    mtp_fresh.reset()
-    law = two_token_law(mtp_fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
-    mtp_pair.reset()
-    drafted = 0
-
-    def first_two(seed: int) -> list[int]:
-        nonlocal drafted
-        cfg = GenConfig(max_tokens=2, k=2, proposer="mtp", sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
-        events = list(generate(mtp_pair.target, prompt, cfg, mtp_pair.proposer(cfg)))
-        drafted += sum(e.drafted for e in events if isinstance(e, StepEvent))
-        assert isinstance(events[-1], DoneEvent)
-        return events[-1].tokens
-
-    assert_keeps_law(law, first_two, draws=1500)
-    assert drafted >= 1500
+    assert_pair_keeps_law(mtp_pair, mtp_fresh, mtp_pair.target.tokenize(PROMPT), "mtp")
 
 
 def test_mtp_is_a_tune_candidate_and_sweeps(mtp_pair):

@@ -24,13 +24,9 @@ def mtp_api(tmp_path_factory, smol_paths):
 
 
 def test_api_mtp_proposer_equals_plain(mtp_api):
-    client = mtp_api.client()
-    kw = dict(model="x", prompt="Once upon a time", temperature=0, max_tokens=24)
-    plain = client.completions.create(**kw, extra_body={"speculative": False})
-    spec = client.completions.create(**kw, extra_body={"proposer": "mtp", "k": 3})
-    assert spec.choices[0].text == plain.choices[0].text
-    stats = spec.model_extra["stats"]
-    assert stats["speculative"] and stats["total_draft_tokens_count"] > 0
+    from support.api_inproc import assert_spec_equals_plain
+
+    stats = assert_spec_equals_plain(mtp_api.client(), {"proposer": "mtp", "k": 3})
     assert stats["draft_model"] == "tiny-mtp.gguf (MTP head)"
 
 

@@ -24,17 +24,11 @@ def gemma4_pair(tmp_path_factory, smol_paths):
 
 
 def test_api_gemma4_assistant_equals_plain(gemma4_pair):
-    from support.api_inproc import Served
+    from support.api_inproc import Served, assert_spec_equals_plain
 
     served = Served(gemma4_pair, pair_id="tiny-gemma4")
     try:
-        client = served.client()
-        kw = dict(model="x", prompt="Once upon a time", temperature=0, max_tokens=24)
-        plain = client.completions.create(**kw, extra_body={"speculative": False})
-        spec = client.completions.create(**kw, extra_body={"proposer": "draft", "k": 3})
-        assert spec.choices[0].text == plain.choices[0].text
-        stats = spec.model_extra["stats"]
-        assert stats["speculative"] and stats["total_draft_tokens_count"] > 0
+        stats = assert_spec_equals_plain(served.client(), {"proposer": "draft", "k": 3})
         assert stats["draft_model"] == "tiny-gemma4-assistant.gguf (assistant drafter)"
     finally:
         served.close()

@@ -45,3 +45,15 @@ class Served:
     def close(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def assert_spec_equals_plain(client, extra: dict) -> dict:
+    """A greedy completion with the speculative settings ``extra`` equals plain decoding's and drafted; its
+    ``stats``."""
+    kw = dict(model="x", prompt="Once upon a time", temperature=0, max_tokens=24)
+    plain = client.completions.create(**kw, extra_body={"speculative": False})
+    spec = client.completions.create(**kw, extra_body=extra)
+    assert spec.choices[0].text == plain.choices[0].text
+    stats = spec.model_extra["stats"]
+    assert stats["speculative"] and stats["total_draft_tokens_count"] > 0
+    return stats

@@ -7,6 +7,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from app.engine.events import DoneEvent, StepEvent
+from app.engine.loop import GenConfig, generate
 from app.engine.sampling import SamplerSettings, distribution
 
 # χ² critical values at significance 0.001 by degrees of freedom (30.0 beyond the table).
@@ -35,3 +37,24 @@ def assert_keeps_law(law: dict[tuple[int, int], float], first_two: Callable[[int
     expected = np.array([law[k] for k in keys]) * draws
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < CRITICAL.get(len(keys) - 1, 30.0), (chi2, counts, expected)
+
+
+def assert_pair_keeps_law(pair, fresh, prompt: Sequence[int], proposer: str, draws: int = 1500) -> None:
+    """χ² of the first two tokens at T = 1, top-k 3, K 2 through ``pair``'s loop with ``proposer`` against the
+    law computed from ``fresh``, every run drafting (rejected tokens are rolled back in between)."""
+    fresh.reset()
+    law = two_token_law(fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
+    pair.reset()
+    drafted = 0
+
+    def first_two(seed: int) -> Sequence[int]:
+        nonlocal drafted
+        cfg = GenConfig(max_tokens=2, k=2, proposer=proposer,
+                        sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
+        events = list(generate(pair.target, prompt, cfg, pair.proposer(cfg)))
+        drafted += sum(e.drafted for e in events if isinstance(e, StepEvent))
+        assert isinstance(events[-1], DoneEvent)
+        return events[-1].tokens
+
+    assert_keeps_law(law, first_two, draws=draws)
+    assert drafted >= draws
