@@ -52,6 +52,11 @@ class ReadCosts:
         self.catch: deque = deque(maxlen=8)  # … and per further token read in a longer catch-up
         self.runs: deque = deque(maxlen=8)  # how many steps in a row the draft model drafted, run by run
 
+    def reading(self, t_d: float) -> tuple[float, float]:
+        """(``t_s``, ``t_c``): the lower medians of what was timed, else the priors' shares of a draft token."""
+        t_s, t_c = lower_median(self.steady), lower_median(self.catch)
+        return (t_s if t_s is not None else STEADY_PRIOR * t_d, t_c if t_c is not None else CATCH_PRIOR * t_d)
+
 
 _READ_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -155,11 +160,10 @@ class DuoProposer:
             return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
         a, b = ln.verify_line()
         t_d = ln.t_d or 0.0
-        t_s, t_c = lower_median(self.costs.steady), lower_median(self.costs.catch)
+        t_s, t_c = self.costs.reading(t_d)
         return choose(a, b, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
-                      n_avail=n_avail, k_d=k_d, alpha_d=min(ln.alpha, 0.999), t_d=t_d,
-                      t_c=t_c if t_c is not None else CATCH_PRIOR * t_d, can_extend=n_avail < k, k_max=k,
-                      t_s=t_s if t_s is not None else STEADY_PRIOR * t_d, window=getattr(self.draft, "window", None),
+                      n_avail=n_avail, k_d=k_d, alpha_d=min(ln.alpha, 0.999), t_d=t_d, t_c=t_c,
+                      can_extend=n_avail < k, k_max=k, t_s=t_s, window=getattr(self.draft, "window", None),
                       pending=self._pending(history), runs=self._runs(), regret=self._regret)
 
     def _runs(self) -> float:

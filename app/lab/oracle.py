@@ -10,11 +10,17 @@ its common prefix with ``y[i:]``:
   ``prompt + y[:j]`` is ``y[j]`` (one batched pass over ``prompt + y`` gives every such argmax: a proposal
   that matched so far was conditioned on exactly ``y``'s prefix), capped at ``k_max``.
 
-A step at i then emits (kept + 1) tokens: plain (cost t_v(1)), lookup proposing exactly its L_i kept tokens
-(t_v(L_i + 1)), or the draft model drafting exactly D_i (D_i t_d + t_v(D_i + 1)); the least total time is a
-shortest path over positions (dynamic programming, ``best_time``). Proposing exactly what will be kept and
-reading history for free (no catch-up) make it a bound no real chooser reaches; it is an estimate built on
-the measured costs (``t_v(n) = a + b n`` and ``t_d`` from auto K's controller), not a timed run.
+A step at i emits what it keeps + 1 tokens: plain (cost t_v(1)); lookup proposing l <= L_i tokens
+(t_v(l + 1)); the draft model drafting d <= D_i tokens (R(p) + d t_d + t_v(d + 1)), or D_i + 1 with the last
+one corrected by the target; or lookup's L_i then d <= D_{i+L_i} draft tokens past them (R(p + L_i) + d t_d
++ t_v(L_i + d + 1)). ``p`` is how many emitted tokens the draft model has not read, and R(p) what reading them
+costs it (``mix.reading``: nothing for 1, ``t_s`` for 2, ``t_c`` for each further one, through the window
+auto keeps): 2 after a fully kept draft, 1 after a corrected one, one more for every token a plain or lookup
+step emits. The least total time is a shortest path over (position, p) (dynamic programming, ``best_time``).
+With ``t_s = t_c = 0`` the reading is free: the looser bound of reading the future *and* paying no catch-up.
+Proposing exactly what will be kept makes it a bound no real chooser reaches; it is an estimate built on the
+measured costs (``t_v(n) = a + b n``, ``t_d`` from auto K's controller, ``t_s`` and ``t_c`` timed by auto's
+catch-ups), not a timed run.
 
 References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192) for the step costs; Bellman 1957 for the
 shortest path.
@@ -22,28 +28,66 @@ shortest path.
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 
+from app.engine.mix import reading
 from app.engine.pair import Pair
 from app.engine.suffix import SuffixIndex
 
 
-def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], a: float, b: float, t_d: float) -> float:
-    """The least seconds to emit ``len(lookup_kept)`` tokens choosing, per step, plain, lookup or the draft
-    model (see the module docstring); ``lookup_kept[i]``, ``draft_kept[i]``: what each keeps at position i."""
+@dataclass(frozen=True)
+class StepCosts:
+    """Seconds: the verify line ``t_v(n) = a + b n``, a draft token ``t_d``, and the draft model's reading
+    (``t_s`` for 2 unseen tokens, ``t_c`` for each further one, at most ``window`` + 1 read; None: all)."""
+
+    a: float
+    b: float
+    t_d: float
+    t_s: float = 0.0
+    t_c: float = 0.0
+    window: Optional[int] = None
+
+    def verify(self, n: int) -> float:
+        return self.a + self.b * n
+
+    def read(self, n: int) -> float:
+        return reading(n, self.t_s, self.t_c, self.window)
+
+
+def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], costs: StepCosts, k_max: int = 16) -> float:
+    """The least seconds to emit ``len(lookup_kept)`` tokens choosing, per step, plain, lookup, the draft model
+    or lookup extended by it (see the module docstring); ``lookup_kept[i]``, ``draft_kept[i]``: what each keeps
+    at position i (all 0: that drafter is not used)."""
     n = len(lookup_kept)
-    best = [0.0] * (n + 1)
-    for i in range(n - 1, -1, -1):
-        t = a + b + best[i + 1]
-        if lookup_kept[i]:
-            t = min(t, a + b * (lookup_kept[i] + 1) + best[min(n, i + lookup_kept[i] + 1)])
-        if draft_kept[i]:
-            d = draft_kept[i]
-            t = min(t, d * t_d + a + b * (d + 1) + best[min(n, i + d + 1)])
-        best[i] = t
-    return best[0]
+    cap = (lambda p: min(p, costs.window + 1)) if costs.window is not None else (lambda p: p)
+    reach: list[dict] = [{} for _ in range(n + 1)]  # position -> {unread tokens p: least seconds}
+    reach[0][1] = 0.0
+    for i in range(n):
+        for p, t in reach[i].items():
+            def go(emitted: int, q: int, dt: float) -> None:
+                j = min(n, i + emitted)
+                if t + dt < reach[j].get(q, math.inf):
+                    reach[j][q] = t + dt
+
+            go(1, cap(p + 1), costs.verify(1))
+            kept_l, kept_d = lookup_kept[i], draft_kept[i]
+            for l in range(1, kept_l + 1):
+                go(l + 1, cap(p + l + 1), costs.verify(l + 1))
+            if any(draft_kept):  # the draft model is used: draft, draft to a correction, extend lookup
+                r = costs.read(p)
+                for d in range(1, kept_d + 1):
+                    go(d + 1, 2, r + d * costs.t_d + costs.verify(d + 1))
+                if kept_d < k_max:
+                    go(kept_d + 1, 1, r + (kept_d + 1) * costs.t_d + costs.verify(kept_d + 2))
+                if kept_l and i + kept_l < n:
+                    r = costs.read(p + kept_l)
+                    for d in range(1, min(draft_kept[i + kept_l], k_max - kept_l) + 1):
+                        go(kept_l + d + 1, 2, r + d * costs.t_d + costs.verify(kept_l + d + 1))
+    return min(reach[n].values())
 
 
 def lookup_kept(prompt: Sequence[int], output: Sequence[int], k_max: int) -> list[int]:

@@ -34,7 +34,10 @@ def test_three_proposers_interleaved_and_compared(smol_pair):
         assert row.bound is None or row.bound > 0 and row.bound_gain >= 1.0
     table = format_comparison(c)
     assert "auto/best" in table and "median" in table and "output identical to plain: auto yes" in table
-    assert set(c.to_dict()) == {"proposers", "per_prompt", "auto_ratio", "auto_ratio_min", "partial"}
+    assert "auto's median speedup / the better single drafter's median" in table
+    best = max(c.results["draft"].speedup, c.results["lookup"].speedup)
+    assert c.median_ratio == pytest.approx(c.results["auto"].speedup / best)
+    assert set(c.to_dict()) == {"proposers", "per_prompt", "auto_ratio", "auto_ratio_min", "median_ratio", "partial"}
 
 
 def test_with_one_single_drafter_auto_is_compared_with_it_and_without_auto_not_at_all(smol_pair):

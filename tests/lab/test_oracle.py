@@ -6,18 +6,39 @@ from __future__ import annotations
 import pytest
 
 from app.engine.loop import GenConfig, run
-from app.lab.oracle import best_time, draft_kept, lookup_kept
+from app.lab.oracle import StepCosts, best_time, draft_kept, lookup_kept
 
 
 def test_the_shortest_path_takes_each_drafter_where_it_keeps_most():
     a, b, t_d = 0.020, 0.004, 0.010
-    assert best_time([0] * 5, [0] * 5, a, b, t_d) == pytest.approx(5 * (a + b))  # nothing kept: plain steps
+    free = StepCosts(a, b, t_d)  # reading history costs the draft model nothing
+    assert best_time([0] * 5, [0] * 5, free) == pytest.approx(5 * (a + b))  # nothing kept: plain steps
     # lookup keeps 4 at position 0 (one pass for 5 tokens), then nothing: plain for the last one
-    assert best_time([4, 0, 0, 0, 0, 0], [0] * 6, a, b, t_d) == pytest.approx((a + 5 * b) + (a + b))
+    assert best_time([4, 0, 0, 0, 0, 0], [0] * 6, free) == pytest.approx((a + 5 * b) + (a + b))
     # the draft model keeps 5 from 0 but pays 5 draft tokens; lookup keeps 2 from 0 and 3 from 3
     lookup, draft = [2, 0, 0, 3, 0, 0], [5, 4, 3, 2, 1, 0]
-    both = (a + 3 * b) + (a + 4 * b)  # lookup twice: 6 tokens, no draft time
-    assert best_time(lookup, draft, a, b, t_d) == pytest.approx(min(both, 5 * t_d + a + 6 * b))
+    both = 2 * (a + 3 * b)  # lookup twice, 2 tokens each (the third would pass the end): 6, no draft time
+    assert best_time(lookup, draft, free) == pytest.approx(min(both, 5 * t_d + a + 6 * b))
+
+
+def test_the_draft_model_pays_for_what_it_reads():
+    a, b, t_d, t_s, t_c = 0.020, 0.004, 0.010, 0.012, 0.007
+    # drafting 3 twice, all kept: the second draft first reads its own last token and the bonus (t_s)
+    twice = 2 * (3 * t_d + a + 4 * b) + t_s
+    assert best_time([0] * 8, [3, 0, 0, 0, 3, 0, 0, 0], StepCosts(a, b, t_d, t_s, t_c)) == pytest.approx(twice)
+    # … or drafting one more that the target corrects leaves one token to read (free): cheaper when t_s is dear
+    dear = StepCosts(a, b, t_d, t_s=0.050, t_c=t_c)
+    corrected = (4 * t_d + a + 5 * b) + (3 * t_d + a + 4 * b)
+    assert best_time([0] * 8, [3, 0, 0, 0, 3, 0, 0, 0], dear) == pytest.approx(corrected)
+    # after a lookup stretch of 6 tokens the draft model must read 7 (t_s + 5 t_c), or only the window's 3
+    lookup, draft = [5, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 2, 1, 0]
+    step = lambda window: best_time(lookup, draft, StepCosts(a, b, t_d, t_s, t_c, window))  # noqa: E731
+    after = 2 * t_d + a + 3 * b
+    assert step(None) == pytest.approx(min(a + 6 * b + t_s + 5 * t_c + after, a + 6 * b + 3 * (a + b)))
+    assert step(2) == pytest.approx(a + 6 * b + t_s + t_c + after)
+    # the draft model extends lookup's match past its end (a dear pass): it reads lookup's 5 tokens first
+    ext = best_time([5, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 1, 0], StepCosts(0.05, b, t_d, t_s, t_c, 8))
+    assert ext == pytest.approx(t_s + 4 * t_c + 2 * t_d + 0.05 + 8 * b)
 
 
 def test_lookup_keeps_what_repeats():
