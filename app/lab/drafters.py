@@ -5,7 +5,9 @@ time rather than across runs minutes apart, on a machine whose speed drifts.
 Each proposer's figures are computed as ``bench.py`` computes a single one's (speedup: per prompt, median
 over repeats against the median of the same prompt's plain runs; the summary: the median over prompts). The
 comparison adds, per prompt, the better *single* drafter (``draft`` or ``lookup``, whichever was faster there;
-the one of them that ran, if only one did) and the combined drafter's (``auto``) speedup as a share of it.
+the one of them that ran, if only one did) and the combined drafter's (``auto``) speedup as a share of it,
+with a percentile bootstrap interval over the repeats (each draw resamples every proposer's runs; Efron and
+Tibshirani, An Introduction to the Bootstrap, 1993, ch. 13): a few runs of 30–120 tokens each decide it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
+
+import numpy as np
 
 from app.engine.duo import CATCH_WINDOW, read_costs
 from app.engine.loop import GenConfig
@@ -25,6 +29,7 @@ from app.numfmt import fmt
 
 SINGLE = ("draft", "lookup")  # the single drafters auto is compared with
 COMBINED = "auto"
+INTERVAL, DRAWS = 0.9, 2000  # the bootstrap interval of auto / the better single drafter (3 repeats or more)
 
 
 @dataclass(frozen=True)
@@ -37,10 +42,12 @@ class DrafterRow:
     auto_ratio: Optional[float] = None  # auto's speedup / the better single drafter's (with auto)
     bound: Optional[float] = None  # the hindsight bound's speedup (oracle.py; T = 0 with auto only): an estimate
     bound_gain: Optional[float] = None  # that bound / the better single drafter's own hindsight bound
+    auto_interval: Optional[tuple] = None  # (low, high): INTERVAL bootstrap interval of auto_ratio
 
     def to_dict(self) -> dict:
         return {"id": self.id, "speedups": dict(self.speedups), "best_single": self.best_single,
-                "auto_ratio": self.auto_ratio, "bound": self.bound, "bound_gain": self.bound_gain}
+                "auto_ratio": self.auto_ratio, "auto_interval": list(self.auto_interval or ()) or None,
+                "bound": self.bound, "bound_gain": self.bound_gain}
 
 
 @dataclass(frozen=True)
@@ -154,8 +161,27 @@ def _compare(results: dict) -> list[DrafterRow]:
         ratio = None
         if best is not None and speedups.get(COMBINED) is not None and singles[best]:
             ratio = speedups[COMBINED] / singles[best]
-        out.append(DrafterRow(id=row.id, speedups=speedups, best_single=best, auto_ratio=ratio))
+        interval = None
+        if ratio is not None:
+            runs = {p: r.per_prompt[i].spec_runs for p, r in results.items()}
+            interval = ratio_interval(runs[COMBINED], [runs[p] for p in singles])
+        out.append(DrafterRow(id=row.id, speedups=speedups, best_single=best, auto_ratio=ratio,
+                              auto_interval=interval))
     return out
+
+
+def ratio_interval(auto: Sequence[float], singles: Sequence[Sequence[float]],
+                   seed: int = 0) -> Optional[tuple]:
+    """The INTERVAL percentile bootstrap interval of median(auto) / the largest median(single), from every
+    proposer's runs (tokens/s, each resampled with replacement in every draw; the plain runs they share
+    cancel); None with fewer than 3 runs of any."""
+    if not singles or any(len(r) < 3 for r in (auto, *singles)):
+        return None
+    rng = np.random.default_rng(seed)
+    medians = lambda runs: np.median(rng.choice(np.asarray(runs, float), (DRAWS, len(runs))), axis=1)  # noqa: E731
+    ratios = medians(auto) / np.max([medians(r) for r in singles], axis=0)
+    low, high = np.quantile(ratios, [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
+    return float(low), float(high)
 
 
 def format_comparison(c: DrafterComparison) -> str:
@@ -163,25 +189,31 @@ def format_comparison(c: DrafterComparison) -> str:
     names = list(c.results)
     both = any(r.auto_ratio is not None for r in c.rows)
     bound = any(r.bound is not None for r in c.rows)
+    spread = any(r.auto_interval is not None for r in c.rows)
     head = f"{'prompt':<20} {'plain t/s':>9} " + " ".join(f"{p:>8}" for p in names) \
-        + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'bound':>7} {'gain':>5}" if bound else "")
+        + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'90% range':>9}" if spread else "") \
+        + (f" {'bound':>7} {'gain':>5}" if bound else "")
     lines = [head, "-" * len(head)]
     first = next(iter(c.results.values()))
     for i, row in enumerate(c.rows):
         cells = " ".join(f"{fmt(row.speedups[p], '.2f', 'x'):>8}" for p in names)
+        span = "{:.2f}–{:.2f}".format(*row.auto_interval) if row.auto_interval else "-"
         tail = (f" {row.best_single or '-':>11} {fmt(row.auto_ratio):>9}" if both else "") \
+            + (f" {span:>9}" if spread else "") \
             + (f" {fmt(row.bound, '.2f', 'x'):>7} {fmt(row.bound_gain):>5}" if bound else "")
         lines.append(f"{row.id[:20]:<20} {fmt(first.per_prompt[i].baseline_tps, '.1f'):>9} {cells}{tail}")
     lines.append("-" * len(head))
     cells = " ".join(f"{fmt(c.results[p].speedup, '.2f', 'x'):>8}" for p in names)
     gain = median([r.bound_gain for r in c.rows])
-    tail = (f" {'':>11} {fmt(c.auto_ratio):>9}" if both else "") \
+    tail = (f" {'':>11} {fmt(c.auto_ratio):>9}" if both else "") + (f" {'':>9}" if spread else "") \
         + (f" {fmt(median([r.bound for r in c.rows]), '.2f', 'x'):>7} {fmt(gain):>5}" if bound else "")
     lines.append(f"{'median':<20} {fmt(first.baseline_tps, '.1f'):>9} {cells}{tail}")
     if both:
         lines.append(f"auto / the better single drafter: median {fmt(c.auto_ratio)}, lowest {fmt(c.auto_ratio_min)} "
                      f"(per prompt, runs interleaved in one sitting); auto's median speedup / the better single "
                      f"drafter's median: {fmt(c.median_ratio)}")
+    if spread:
+        lines.append("90% range: of auto / best, a bootstrap over the repeats (every proposer's runs resampled)")
     if bound:
         lines.append("bound: a chooser that knew what lookup and the draft model would get accepted at every step, "
                      "with the costs auto K measured here, the draft model paying what it reads (app/lab/oracle.py; "

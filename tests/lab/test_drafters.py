@@ -9,7 +9,7 @@ import pytest
 
 from app.cli.bench import proposer_list
 from app.engine.loop import GenConfig
-from app.lab.drafters import compare_drafters, format_comparison
+from app.lab.drafters import compare_drafters, format_comparison, ratio_interval
 from app.lab.prompts import builtin_suite
 
 
@@ -55,3 +55,13 @@ def test_the_proposer_list_is_checked():
     for bad in ("auto,auto", "auto,nope", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             proposer_list(bad)
+
+
+def test_the_range_of_auto_over_the_better_single_drafter_comes_from_the_repeats():
+    assert ratio_interval([50.0, 51.0], [[40.0, 41.0, 42.0]]) is None  # under 3 runs: no range
+    steady = ratio_interval([50.0] * 3, [[40.0] * 3, [25.0] * 3])
+    assert steady == pytest.approx((1.25, 1.25))  # runs that never vary: the point itself
+    low, high = ratio_interval([48.0, 50.0, 52.0, 70.0], [[40.0, 41.0, 42.0], [30.0, 60.0, 44.0]])
+    assert low <= 50.0 / 44.0 <= high and high < 70.0 / 30.0  # the point inside; each draw's best single
+    assert ratio_interval([48.0, 50.0, 52.0], [[40.0, 41.0, 42.0]]) == ratio_interval([48.0, 50.0, 52.0],
+                                                                                      [[40.0, 41.0, 42.0]])
