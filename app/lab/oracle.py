@@ -63,30 +63,33 @@ def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], costs: Step
     or lookup extended by it (see the module docstring); ``lookup_kept[i]``, ``draft_kept[i]``: what each keeps
     at position i (all 0: that drafter is not used)."""
     n = len(lookup_kept)
+    drafts = any(draft_kept)  # the draft model is used: draft, draft to a correction, extend lookup
     cap = (lambda p: min(p, costs.window + 1)) if costs.window is not None else (lambda p: p)
     reach: list[dict] = [{} for _ in range(n + 1)]  # position -> {unread tokens p: least seconds}
     reach[0][1] = 0.0
-    for i in range(n):
-        for p, t in reach[i].items():
-            def go(emitted: int, q: int, dt: float) -> None:
-                j = min(n, i + emitted)
-                if t + dt < reach[j].get(q, math.inf):
-                    reach[j][q] = t + dt
 
-            go(1, cap(p + 1), costs.verify(1))
-            kept_l, kept_d = lookup_kept[i], draft_kept[i]
+    def relax(j: int, q: int, t: float) -> None:  # reach position j (the end at most) with q unread in t
+        j = min(n, j)
+        if t < reach[j].get(q, math.inf):
+            reach[j][q] = t
+
+    for i in range(n):
+        kept_l, kept_d = lookup_kept[i], draft_kept[i]
+        for p, t in reach[i].items():
+            relax(i + 1, cap(p + 1), t + costs.verify(1))
             for l in range(1, kept_l + 1):
-                go(l + 1, cap(p + l + 1), costs.verify(l + 1))
-            if any(draft_kept):  # the draft model is used: draft, draft to a correction, extend lookup
-                r = costs.read(p)
-                for d in range(1, kept_d + 1):
-                    go(d + 1, 2, r + d * costs.t_d + costs.verify(d + 1))
-                if kept_d < k_max:
-                    go(kept_d + 1, 1, r + (kept_d + 1) * costs.t_d + costs.verify(kept_d + 2))
-                if kept_l and i + kept_l < n:
-                    r = costs.read(p + kept_l)
-                    for d in range(1, min(draft_kept[i + kept_l], k_max - kept_l) + 1):
-                        go(kept_l + d + 1, 2, r + d * costs.t_d + costs.verify(kept_l + d + 1))
+                relax(i + l + 1, cap(p + l + 1), t + costs.verify(l + 1))
+            if not drafts:
+                continue
+            r = t + costs.read(p)
+            for d in range(1, kept_d + 1):
+                relax(i + d + 1, 2, r + d * costs.t_d + costs.verify(d + 1))
+            if kept_d < k_max:
+                relax(i + kept_d + 1, 1, r + (kept_d + 1) * costs.t_d + costs.verify(kept_d + 2))
+            if kept_l and i + kept_l < n:
+                r = t + costs.read(p + kept_l)
+                for d in range(1, min(draft_kept[i + kept_l], k_max - kept_l) + 1):
+                    relax(i + kept_l + d + 1, 2, r + d * costs.t_d + costs.verify(kept_l + d + 1))
     return min(reach[n].values())
 
 
