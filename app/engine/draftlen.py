@@ -180,15 +180,17 @@ class DraftLength:
     # --- choosing ---------------------------------------------------------------------------------------
 
     def update(self, drafted: int, accepted: int, t_draft: float, t_verify: float, synced: int = 1,
-               t_sync: float = 0.0, free: int = 0) -> None:
+               t_sync: float = 0.0, free: int = 0, tail: int = 0) -> None:
         """Record one step (``drafted`` tokens proposed, ``accepted`` kept; ``t_sync`` of ``t_draft``: the
         draft catching up on ``synced`` history tokens first) and choose the next K. A step that timed
         :attr:`wake` draft tokens reports their seconds as ``t_draft`` with ``drafted`` = 0. ``free``: the
         first ``free`` drafted tokens came from another drafter (prompt lookup, ``duo.py``): the pass teaches
-        the verify cost, but only the tokens after them the draft's acceptance and cost."""
+        the verify cost, but only the tokens after them the draft's acceptance and cost; ``tail``: so did the
+        last ``tail`` (lookup took over from the draft model): kept or not, they say nothing of the draft's."""
         if not self.auto:
             return
         n = drafted + 1
+        drafted, accepted = drafted - tail, min(accepted, drafted - tail)
         drafted, accepted = drafted - free, (accepted - free if accepted >= free else -1)
         if accepted < 0:  # a free token was rejected: the draft's tokens were never judged
             drafted, accepted = 0, 0

@@ -25,7 +25,7 @@ import numpy as np
 
 from app.engine.coupled import GumbelNoise
 from app.engine.draftlen import DraftLength, lower_median
-from app.engine.mix import Choice, LookupAcceptance, choose
+from app.engine.mix import Choice, LookupAcceptance, choose, hand_over, reading
 from app.engine.proposers import Draft, DraftModelProposer
 from app.engine.sampling import SamplerSettings
 from app.engine.suffix import SuffixIndex
@@ -83,7 +83,9 @@ class DuoProposer:
         if isinstance(draft, DraftModelProposer):
             draft.use_window(CATCH_WINDOW)
         self.length: Optional[DraftLength] = None
-        self._last: Optional[tuple] = None  # (history length, lookup tokens proposed, match length)
+        # the last step's lookup proposals: (history length, tokens proposed from there, where lookup's begin,
+        # match length), a lookup prefix and a handoff's tail (judged only if what came before them was kept)
+        self._last: list[tuple] = []
         self.last_choice = Choice()
         self._run = 0  # steps in a row the draft model drafted, so far
         self._regret = 0.0  # seconds the plain steps since it last drafted lost against it (mix.choose)
@@ -95,7 +97,7 @@ class DuoProposer:
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         self.draft.begin(prompt, warm)
         self.index.start(prompt)
-        self._last = None
+        self._last = []
         self._run, self._regret = 0, 0.0
 
     def time_tokens(self, history: Sequence[int], k: int) -> float:
@@ -127,16 +129,19 @@ class DuoProposer:
         lookup = list(match.tokens[:choice.lookup]) if match is not None and choice.lookup else []
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
                     lookup=len(lookup))
+        if lookup:
+            self._last.append((len(history), tuple(lookup), 0, match.length))
         if choice.draft > 0:
-            d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise)
+            weighed = ln is not None and ln.auto and ln.measured() and not ln.probing  # (costs to weigh with)
+            handoff = self._handoff(history, lookup, choice.draft, k) if weighed else None
+            d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise,
+                                   handoff=handoff, reach=k - len(lookup))
             out.tokens += d.tokens
             out.probs += d.probs
             if sample:
                 out.q += d.q or []
-            out.synced, out.t_sync = d.synced, d.t_sync
+            out.synced, out.t_sync, out.tail = d.synced, d.t_sync, d.tail
             self._timed_reading(d.synced, d.t_sync)
-        if lookup:
-            self._last = (len(history), tuple(lookup), match.length)
         out.seconds = time.perf_counter() - t0
         return out
 
@@ -166,6 +171,32 @@ class DuoProposer:
                       can_extend=n_avail < k, k_max=k, t_s=t_s, window=getattr(self.draft, "window", None),
                       pending=self._pending(history), runs=self._runs(), regret=self._regret)
 
+    def _handoff(self, history: Sequence[int], lookup: list, k_d: int, k: int):
+        """The draft model's question after each token it drafts (proposers.py): does lookup now offer tokens
+        worth more than drafting on (mix.hand_over)? Those that follow the history, ``lookup`` and the
+        drafted tokens in the index."""
+        ln = self.length
+        a, b = ln.verify_line()
+        t_d = ln.t_d or 0.0
+        t_s, t_c = self.costs.reading(t_d)
+        window = getattr(self.draft, "window", None)
+        sunk = reading(self._pending(history) + len(lookup), t_s, t_c, window)
+        alpha_d = min(ln.alpha, 0.999)
+
+        def ask(drafted: Sequence[int]) -> tuple:
+            j = len(drafted)
+            match = self.index.longest(k - len(lookup) - j, after=lookup + list(drafted))
+            if match is None:
+                return ()
+            take = hand_over(a, b, alpha_d=alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
+                             k_d=k_d, n_avail=len(match.tokens), t_d=t_d, sunk=sunk + j * t_d, t_s=t_s,
+                             t_c=t_c, window=window)
+            if take:
+                self._last.append((len(history), tuple(lookup) + tuple(drafted) + match.tokens[:take],
+                                   len(lookup) + j, match.length))
+            return match.tokens[:take]
+        return ask
+
     def _runs(self) -> float:
         """Draft steps a return to the draft model is expected to last (the mean of recent runs)."""
         runs = list(self.costs.runs)
@@ -178,21 +209,21 @@ class DuoProposer:
         return self.draft.model.missing(self.draft.view(history))
 
     def _learn(self, history: Sequence[int]) -> None:
-        """How the last lookup proposal fared: the history now holds what the target kept of it."""
-        if self._last is None:
-            return
-        start, proposed, match_len = self._last
-        self._last = None
-        if len(history) <= start:
-            return  # a new generation: nothing was verified
-        kept = 0
-        for tok, seen in zip(proposed, history[start:]):
-            if tok != seen:
-                break
-            kept += 1
-        if kept == len(proposed) and len(history) - start <= kept:
-            return  # the generation ended inside the proposal: not judged past what was emitted
-        self.acceptance.record(match_len, len(proposed), kept)
+        """How the last step's lookup proposals fared: the history now holds what the target kept of them."""
+        last, self._last = self._last, []
+        for start, proposed, begin, match_len in last:
+            if len(history) <= start:
+                continue  # a new generation: nothing was verified
+            kept = 0
+            for tok, seen in zip(proposed, history[start:]):
+                if tok != seen:
+                    break
+                kept += 1
+            if kept < begin:
+                continue  # a draft-model token before lookup's was rejected: lookup's were never judged
+            if kept == len(proposed) and len(history) - start <= kept:
+                continue  # the generation ended inside the proposal: not judged past what was emitted
+            self.acceptance.record(match_len, len(proposed) - begin, kept - begin)
 
     def memory(self) -> int:
         """Bytes held by the lookup index."""

@@ -219,7 +219,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                 draft_pos=i if i < len(draft.tokens) else None,
                 draft_prob=draft.probs[i] if i < len(draft.probs) else None, index=emitted,
                 draft_token=draft.tokens[i] if kind == CORRECTED and i < len(draft.tokens) else None,
-                drafter=(LOOKUP if i < draft.lookup else MODEL) if i < len(draft.tokens) else None,
+                drafter=(LOOKUP if draft.from_lookup(i) else MODEL) if i < len(draft.tokens) else None,
                 logprob=token_logprob(logits[i], tok, cfg.logprobs) if cfg.logprobs is not None else None,
             ))
             emitted += 1
@@ -229,12 +229,13 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         probe = spec is not None and length.probing and bool(draft.tokens)  # (a probe may find nothing)
         paused = spec is not None and length.paused and not draft.tokens
         why = length.limit() if paused else None  # why this step was plain (the update may resume drafting)
+        mixed = mixes and source is spec  # lookup's tokens (before or after the model's) are free for the controller
         length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced, t_sync=draft.t_sync,
-                      free=draft.lookup if mixes and source is spec else 0)
+                      free=draft.lookup if mixed else 0, tail=draft.tail if mixed else 0)
         step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
-                            paused=paused, probe=probe, limit=why, lookup=draft.lookup,
-                            lookup_accepted=min(n, draft.lookup), t_sync=draft.t_sync)
+                            paused=paused, probe=probe, limit=why, lookup=draft.lookup + draft.tail,
+                            lookup_accepted=draft.lookup_kept(n), t_sync=draft.t_sync)
         stats.add(step_ev)
         step += 1
         text.extend(e.text for e in events)
@@ -257,7 +258,8 @@ def _cut(draft: Draft, n: int) -> Draft:
     if n == len(draft.tokens):
         return draft
     return Draft(tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],
-                 seconds=draft.seconds, synced=draft.synced, t_sync=draft.t_sync, lookup=min(draft.lookup, n))
+                 seconds=draft.seconds, synced=draft.synced, t_sync=draft.t_sync, lookup=min(draft.lookup, n),
+                 tail=max(0, draft.tail - (len(draft.tokens) - n)))
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,

@@ -175,5 +175,30 @@ def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_
     return best
 
 
+def hand_over(a: float, b: float, *, alpha_d: float, alpha_l: float, j: int, k_d: int, n_avail: int,
+              t_d: float, sunk: float, t_s: float, t_c: float, window: Optional[int] = None) -> int:
+    """After ``j`` draft-model tokens of a step that planned ``k_d``: how many of the ``n_avail`` tokens that
+    prompt lookup now offers (the history *and* those ``j`` matched it) should end the proposal instead of
+    more drafting; 0: draft on. The same rate as :func:`choose`, E / cost, over what is left to decide:
+
+        draft r more:   E = E_j + alpha_d^j (E(0, r) - 1),    cost = sunk + r t_d + t_v(j + r + 1)
+        lookup's m:     E = E_j + alpha_d^j (E(m) - 1),       cost = sunk + t_v(j + m + 1) + R(2 + E(m) - 1) - R(2)
+
+    ``sunk``: what the step spent before (the reading and the ``j`` drafted tokens); the lookup tokens are
+    free to propose, but the draft model reads those kept before it drafts again (R, :func:`reading`)."""
+    tv = lambda n: a + b * n  # noqa: E731
+    e_j, run = expected_mixed(0.0, 0, alpha_d, j), alpha_d ** j
+    best = max((e_j + run * (expected_mixed(0.0, 0, alpha_d, r) - 1.0)) / (sunk + r * t_d + tv(j + r + 1))
+               for r in range(max(k_d - j, 0) + 1))
+    take = 0
+    for m in range(1, n_avail + 1):
+        gain = expected_mixed(alpha_l, m) - 1.0
+        extra = reading(2 + gain, t_s, t_c, window) - reading(2, t_s, t_c, window)
+        rate = (e_j + run * gain) / (sunk + tv(j + m + 1) + extra)
+        if rate > best * (1 + MARGIN):
+            best, take = rate, m
+    return take
+
+
 def _rate(c: Choice) -> float:
     return c.rate

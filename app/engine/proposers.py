@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -30,7 +30,16 @@ class Draft:
     seconds: float = 0.0
     synced: int = 0  # history tokens the proposer had to catch up on before drafting (1 in steady state)
     t_sync: float = 0.0  # of ``seconds``: the catch-up on those tokens (a one-off, not a per-token cost)
-    lookup: int = 0  # the first ``lookup`` tokens came from prompt lookup (provenance), the rest from a model
+    lookup: int = 0  # the first ``lookup`` tokens came from prompt lookup (provenance), the rest from a model …
+    tail: int = 0  # … but the last ``tail``: prompt lookup took over from the model (a handoff, duo.py)
+
+    def from_lookup(self, i: int) -> bool:
+        """Whether token ``i`` came from prompt lookup."""
+        return i < self.lookup or i >= len(self.tokens) - self.tail
+
+    def lookup_kept(self, n: int) -> int:
+        """Of the first ``n`` tokens (those the target kept), how many came from prompt lookup."""
+        return min(n, self.lookup) + max(0, n - (len(self.tokens) - self.tail))
 
 
 class Proposer(Protocol):
@@ -119,11 +128,15 @@ class DraftModelProposer:
         return self.view(history), missing
 
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
-                rng: np.random.Generator, sample: bool, noise: Optional[GumbelNoise] = None) -> Draft:
+                rng: np.random.Generator, sample: bool, noise: Optional[GumbelNoise] = None,
+                handoff: Optional[Callable[[Sequence[int]], Sequence[int]]] = None, reach: int = 0) -> Draft:
+        """Up to ``k`` tokens drafted one by one. ``handoff``: asked after each drafted token (with those
+        drafted so far) for tokens that should follow them instead of more drafting (prompt lookup taking
+        over, duo.py), up to ``reach`` tokens in all; the first non-empty answer ends the draft with them."""
         t0 = time.perf_counter()
         draft = Draft(q=[] if sample else None)
         room = self.model.n_ctx - len(history) - 1
-        k = min(k, room)
+        k, reach = min(k, room), min(max(reach, k), room)
         if k <= 0:
             return draft
         view, draft.synced = self._skip(history)
@@ -146,6 +159,15 @@ class DraftModelProposer:
                 draft.q.append(q)
             if recent:
                 recent.append(x)
+            if handoff is not None and j + 1 < reach:
+                more = list(handoff(draft.tokens))[:reach - j - 1]
+                if more:  # x stays unread: the next catch-up reads it with what the target kept
+                    draft.tokens += more
+                    draft.probs += [None] * len(more)
+                    if sample:
+                        draft.q += [None] * len(more)
+                    draft.tail = len(more)
+                    break
             if j + 1 < k:
                 logits = self.model.decode([x])[0]
         draft.seconds = time.perf_counter() - t0

@@ -134,23 +134,27 @@ class SuffixIndex:
 
     # --- querying -----------------------------------------------------------------------------------------
 
-    def longest(self, n: int, min_length: int = 2) -> Optional[Match]:
+    def longest(self, n: int, min_length: int = 2, after: Sequence[int] = ()) -> Optional[Match]:
         """The longest earlier occurrence (at least ``min_length`` tokens) of the live document's tail with
-        a continuation, and up to ``n`` tokens of it; None if there is none."""
+        a continuation, and up to ``n`` tokens of it; None if there is none. ``after``: tokens that would
+        follow the live document (a draft not yet verified): the tail is theirs, they are not indexed."""
         t, base = self._tokens, self._base
         end = len(t)
-        if self.live_len < 2 or n < 1:
+        live = self.live_len + len(after)
+        if live < 2 or n < 1:
             return None
-        slot = self._anchors.get(_key(t[-2], t[-1]))
+        tail = list(t[end - min(self.live_len, MAX_MATCH + 1):]) + list(after) if after else t
+        slot = self._anchors.get(_key(tail[-2], tail[-1]))
         if not slot:
             return None
         best_len, best_pos = 0, -1
+        q = len(tail)
         for pos in reversed(slot):  # most recent first: ties keep the most recent
             i = pos - base
             if i < 0 or i >= end:
                 continue  # evicted, or the live tail itself (no continuation yet)
-            length, limit = 2, min(MAX_MATCH, self.live_len, i)
-            while length < limit and t[i - 1 - length] == t[end - 1 - length]:
+            length, limit = 2, min(MAX_MATCH, live, i)
+            while length < limit and t[i - 1 - length] == tail[q - 1 - length]:
                 length += 1
             if length > best_len:
                 best_len, best_pos = length, i

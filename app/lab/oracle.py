@@ -13,11 +13,13 @@ its common prefix with ``y[i:]``:
 A step at i emits what it keeps + 1 tokens: plain (cost t_v(1)); lookup proposing l <= L_i tokens
 (t_v(l + 1)); the draft model drafting d <= D_i tokens (R(p) + d t_d + t_v(d + 1)), or D_i + 1 with the last
 one corrected by the target; or lookup's L_i then d <= D_{i+L_i} draft tokens past them (R(p + L_i) + d t_d
-+ t_v(L_i + d + 1)). ``p`` is how many emitted tokens the draft model has not read, and R(p) what reading them
-costs it (``mix.reading``: nothing for 1, ``t_s`` for 2, ``t_c`` for each further one, through the window
-auto keeps): 2 after a fully kept draft, 1 after a corrected one, one more for every token a plain or lookup
-step emits. The least total time is a shortest path over (position, p) (dynamic programming, ``best_time``).
-With ``t_s = t_c = 0`` the reading is free: the looser bound of reading the future *and* paying no catch-up.
++ t_v(L_i + d + 1)); or d <= D_i draft tokens then l <= L_{i+d} of lookup's past them, the handoff
+(R(p) + d t_d + t_v(d + l + 1)), which leaves the draft model l + 2 tokens to read. ``p`` is how many emitted
+tokens the draft model has not read, and R(p) what reading them costs it (``mix.reading``: nothing for 1,
+``t_s`` for 2, ``t_c`` for each further one, through the window auto keeps): 2 after a fully kept draft, 1
+after a corrected one, one more for every token a plain or lookup step emits. The least total time is a
+shortest path over (position, p) (dynamic programming, ``best_time``). With ``t_s = t_c = 0`` the reading is
+free: the looser bound of reading the future *and* paying no catch-up.
 Proposing exactly what will be kept makes it a bound no real chooser reaches; it is an estimate built on the
 measured costs (``t_v(n) = a + b n``, ``t_d`` from auto K's controller, ``t_s`` and ``t_c`` timed by auto's
 catch-ups), not a timed run.
@@ -59,9 +61,9 @@ class StepCosts:
 
 
 def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], costs: StepCosts, k_max: int = 16) -> float:
-    """The least seconds to emit ``len(lookup_kept)`` tokens choosing, per step, plain, lookup, the draft model
-    or lookup extended by it (see the module docstring); ``lookup_kept[i]``, ``draft_kept[i]``: what each keeps
-    at position i (all 0: that drafter is not used)."""
+    """The least seconds to emit ``len(lookup_kept)`` tokens choosing, per step, plain, lookup, the draft model,
+    lookup extended by it or it handing off to lookup (see the module docstring); ``lookup_kept[i]``,
+    ``draft_kept[i]``: what each keeps at position i (all 0: that drafter is not used)."""
     n = len(lookup_kept)
     drafts = any(draft_kept)  # the draft model is used: draft, draft to a correction, extend lookup
     cap = (lambda p: min(p, costs.window + 1)) if costs.window is not None else (lambda p: p)
@@ -84,6 +86,8 @@ def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], costs: Step
             r = t + costs.read(p)
             for d in range(1, kept_d + 1):
                 relax(i + d + 1, 2, r + d * costs.t_d + costs.verify(d + 1))
+                for l in range(1, min(lookup_kept[i + d] if i + d < n else 0, k_max - d) + 1):  # the handoff
+                    relax(i + d + l + 1, cap(l + 2), r + d * costs.t_d + costs.verify(d + l + 1))
             if kept_d < k_max:
                 relax(i + kept_d + 1, 1, r + (kept_d + 1) * costs.t_d + costs.verify(kept_d + 2))
             if kept_l and i + kept_l < n:

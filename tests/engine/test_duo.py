@@ -12,10 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from app.engine.draftlen import DraftLength
+from app.engine.draftlen import FORGET_ALPHA, DraftLength
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
-from app.engine.mix import BUCKETS, Choice, LookupAcceptance, choose, expected_mixed, reading
+from app.engine.proposers import DraftModelProposer
+from app.engine.mix import BUCKETS, Choice, LookupAcceptance, choose, expected_mixed, hand_over, reading
 from app.engine.sampling import SamplerSettings
 from app.engine.stats import expected_tokens
 from app.engine.verify import rejection_sample, sample_from
@@ -64,6 +65,42 @@ def test_mixed_drafts_keep_the_targets_distribution(mix):
             continue
         stat, df = chi2(counts[i], p_rows[i])
         assert stat < CHI2_CRIT[df], f"{mix}, position {i}: chi2={stat:.1f} (df={df}) counts={counts[i]}"
+
+
+def test_a_handoff_to_lookup_keeps_the_targets_distribution():
+    """The draft model samples, and lookup takes over where its continuation depends on what was sampled (duo's
+    handoff: the index is asked with the drafted tokens): the proposal at each position is still a function of
+    what came before it, lookup's one-hot, so rejection sampling keeps p position by position."""
+    gamma = 3
+    p_rows = np.stack([np.roll(P, i) for i in range(gamma + 1)])
+    q_rows = [np.roll(Q, j + 1) for j in range(gamma)]
+    rng = np.random.default_rng(7)
+    counts = np.zeros((gamma + 1, 5), dtype=np.int64)
+    for _ in range(DRAWS):
+        x0 = sample_from(q_rows[0], rng)
+        if x0 in (1, 2):  # lookup "matches" after these: hands over with a continuation that depends on x0
+            draft, q = [x0, (x0 + 2) % 5, 0], [q_rows[0], None, None]
+        else:
+            draft, q = [x0, sample_from(q_rows[1], rng)], q_rows[:2]
+        n, nxt = rejection_sample(p_rows, q, draft, rng)
+        for i, tok in enumerate(draft[:n] + [nxt]):
+            counts[i, tok] += 1
+    for i in range(gamma + 1):
+        if counts[i].sum() < 500:
+            continue
+        stat, df = chi2(counts[i], p_rows[i])
+        assert stat < CHI2_CRIT[df], f"position {i}: chi2={stat:.1f} (df={df}) counts={counts[i]}"
+
+
+def test_the_draft_model_hands_over_to_a_trusted_match_and_drafts_on_past_a_doubtful_one():
+    a, b = 0.020, 0.0045  # the demo pair's verify line on this CPU (seconds)
+    common = dict(alpha_d=0.95, j=3, k_d=8, t_d=0.011, sunk=0.011 * 3, t_s=0.017, t_c=0.008, window=8)
+    assert hand_over(a, b, alpha_l=0.95, n_avail=10, **common) == 10  # a copy resumes: free tokens
+    assert hand_over(a, b, alpha_l=0.2, n_avail=10, **common) == 0  # a guess: the draft model is likelier
+    short = hand_over(a, b, alpha_l=0.9, n_avail=10, **common)
+    assert 0 < short < 10  # a fair match: a few of its tokens, verifying more would cost more than they bring
+    # a free draft model (t_d = 0) and no reading: nothing to save by handing over a match no better than it
+    assert hand_over(a, b, alpha_l=0.9, n_avail=10, **dict(common, t_d=0.0, sunk=0.0, t_s=0.0, t_c=0.0)) == 0
 
 
 def test_expected_tokens_of_a_mixed_draft():
@@ -173,6 +210,12 @@ def test_the_controller_learns_only_from_the_draft_models_tokens():
     assert ln.alpha == before[0]
     ln.update(6, 5, 0.020, 0.050, free=4)  # lookup all kept, then one of two draft tokens
     assert ln.alpha < before[0]
+    after = ln.alpha, ln.trials
+    ln.update(7, 2, 0.030, 0.050, tail=4)  # 3 draft tokens, then lookup's 4 (a handoff): a draft token rejected
+    assert ln.alpha < after[0] and ln.trials == pytest.approx(after[1] * FORGET_ALPHA + 3)  # 3 judged
+    after = ln.alpha, ln.trials
+    ln.update(7, 4, 0.030, 0.050, tail=4)  # the 3 draft tokens kept, lookup's first of 4 too, then not
+    assert ln.alpha > after[0]  # the draft model's 3 of 3: lookup's rejection is not the draft's
 
 
 # --- the real loop on the demo pair ------------------------------------------------------------------------
@@ -213,6 +256,31 @@ def test_token_events_say_which_drafter_and_steps_count_lookup(smol_pair):
     assert sum(t.kind == ACCEPTED and t.drafter == LOOKUP for t in tokens) == done.stats.lookup_accepted
     assert smol_pair.lookup_index.n_tokens >= len(prompt) + len(tokens) - 1
     assert 0 < smol_pair.lookup_index.nbytes() < 4 * 1024 * 1024
+
+
+def test_the_draft_model_hands_over_and_leaves_its_last_token_unread(smol_pair):
+    """A handoff ends the draft with lookup's tokens (no q, no probability: deterministic); the draft model's
+    cache stops before its last drafted token, which the next catch-up reads with what the target kept."""
+    smol_pair.reset()
+    prompt = builtin_suite("edit")[0].tokens(smol_pair)
+    proposer = DraftModelProposer(smol_pair.draft)
+    proposer.begin(prompt)
+    asked: list[int] = []
+
+    def handoff(drafted):
+        asked.append(len(drafted))
+        return [11, 12, 13, 14] if len(drafted) == 2 else []
+
+    draft = proposer.propose(prompt, 4, SamplerSettings(temperature=0.7), np.random.default_rng(1), True,
+                             handoff=handoff, reach=5)
+    assert asked == [1, 2] and draft.tokens[2:] == [11, 12, 13] and draft.tail == 3  # past K = 4, up to reach
+    assert draft.probs[2:] == [None] * 3 and draft.q[2:] == [None] * 3 and draft.q[0] is not None
+    assert [draft.from_lookup(i) for i in range(5)] == [False, False, True, True, True]
+    assert draft.lookup_kept(4) == 2 and draft.lookup_kept(1) == 0
+    assert smol_pair.draft.cached == list(prompt) + draft.tokens[:1]  # the 2nd drafted token was not decoded
+    again = proposer.propose(prompt + draft.tokens[:3], 2, SamplerSettings(), np.random.default_rng(1), False)
+    assert again.synced == 2  # its 2nd token and lookup's first, kept by the target
+    assert smol_pair.draft.cached[:len(prompt) + 3] == list(prompt) + draft.tokens[:3]
 
 
 def test_a_second_request_finds_the_first_reply(smol_pair):

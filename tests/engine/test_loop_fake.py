@@ -11,7 +11,8 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, StepEvent, TokenEvent
+from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN, DoneEvent, StepEvent,
+                               TokenEvent)
 from app.engine.loop import GenConfig, generate
 from app.engine.proposers import Draft
 from app.engine.sampling import SamplerSettings
@@ -121,6 +122,41 @@ def test_provenance_kinds_follow_the_scripted_draft():
     assert done_of(evs).reason == "max_tokens"
 
 
+class HandoffProposer(ScriptedProposer):
+    """Two "model" tokens, then ``tail`` tokens handed to lookup (the last ``tail`` of each draft: duo.py's
+    handoff), the lookup token at ``wrong`` (an index into the draft) not the target's."""
+
+    def __init__(self, vocab: int, tail: int, wrong: int | None = None):
+        super().__init__(vocab)
+        self.tail, self.bad = tail, wrong
+
+    def propose(self, history, k, sampler, rng, sample) -> Draft:
+        draft = super().propose(history, k, sampler, rng, sample)
+        if self.bad is not None and self.bad < len(draft.tokens):
+            draft.tokens[self.bad] = (draft.tokens[self.bad] + 7) % self.vocab
+            self.bad = None  # (the first step only)
+        draft.probs[-self.tail:] = [None] * self.tail
+        draft.tail = self.tail
+        return draft
+
+
+def test_a_handoff_tail_is_told_apart_from_the_models_tokens():
+    """Tokens lookup proposed after the model's (a handoff) say so, and the step and the stats count them."""
+    target = FakeTarget()
+    evs = events(target, GenConfig(max_tokens=14, sampler=GREEDY, k=5), HandoffProposer(target.n_vocab, 3, 3))
+    toks = [e for e in evs if isinstance(e, TokenEvent)]
+    steps = [e for e in evs if isinstance(e, StepEvent)]
+    # step 0: 2 model tokens, lookup's 2nd of 3 wrong -> 2 + 1 kept, a correction; step 1 on: all 5 + a bonus
+    assert [(e.kind, e.drafter) for e in toks[:4]] == [(ACCEPTED, MODEL), (ACCEPTED, MODEL), (ACCEPTED, LOOKUP),
+                                                      (CORRECTED, LOOKUP)]
+    assert [e.drafter for e in toks[4:10]] == [MODEL, MODEL, LOOKUP, LOOKUP, LOOKUP, None]
+    assert [(s.lookup, s.lookup_accepted) for s in steps[:2]] == [(3, 1), (3, 3)]
+    done = done_of(evs)
+    assert done.stats.lookup_drafted == sum(s.lookup for s in steps)
+    assert done.stats.lookup_accepted == sum(e.kind == ACCEPTED and e.drafter == LOOKUP for e in toks)
+    assert list(done.tokens) == list(range(4, 18))  # the fake's own continuation: output unchanged
+
+
 def test_greedy_speculative_equals_plain_on_the_fake():
     plain = done_of(events(FakeTarget(), GenConfig(max_tokens=30, sampler=GREEDY, speculative=False)))
     for k in (1, 2, 5):
@@ -155,7 +191,7 @@ class ResumingLength:
     def begin(self) -> None:
         pass
 
-    def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0, free=0) -> None:
+    def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0, free=0, tail=0) -> None:
         self.paused, self.k = False, 4
 
     def limit(self):

@@ -9,18 +9,20 @@ import pytest
 from app.engine.suffix import MAX_MATCH, SuffixIndex
 
 
-def brute_longest(docs: list[list[int]], live: list[int], n: int) -> tuple[int, tuple]:
-    """The longest earlier occurrence of ``live``'s tail with a continuation, by brute force (length, tokens),
-    ties to the most recent; matches never cross a document's end."""
+def brute_longest(docs: list[list[int]], live: list[int], n: int, after: list[int] = ()) -> tuple[int, tuple]:
+    """The longest earlier occurrence of the tail of ``live`` + ``after`` with a continuation in what is indexed
+    (``after`` is not), by brute force (length, tokens), ties to the most recent; matches never cross a
+    document's end."""
     best = (0, ())
+    tail = list(live) + list(after)
     flat = [(d, i) for d, doc in enumerate(docs + [live]) for i in range(len(doc))]
     for d, i in flat:  # i: the continuation's position in document d
         doc = (docs + [live])[d]
         if d == len(docs) and i >= len(live):
             continue
         length = 0
-        while length < min(MAX_MATCH, len(live)) and i - 1 - length >= 0 and \
-                doc[i - 1 - length] == live[len(live) - 1 - length]:
+        while length < min(MAX_MATCH, len(tail)) and i - 1 - length >= 0 and \
+                doc[i - 1 - length] == tail[len(tail) - 1 - length]:
             length += 1
         if length >= 2 and length >= best[0]:
             best = (length, tuple(doc[i:i + n]))
@@ -93,6 +95,32 @@ def test_matches_brute_force_on_random_documents(seed, vocab):
             else:  # the index keeps the latest CANDIDATES occurrences per bigram: never longer than brute force
                 assert 2 <= got[0] <= length
         docs.append(doc)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_match_for_tokens_not_yet_indexed_finds_what_extending_would_and_indexes_nothing(seed):
+    """The draft model's tokens, not yet verified, are looked up after the history (duo's handoff): the answer
+    is what the index would give had they been appended, continuations only in what is indexed."""
+    rnd = random.Random(seed)
+    idx = SuffixIndex()
+    docs = [[rnd.randrange(30) for _ in range(rnd.randrange(20, 60))] for _ in range(3)]
+    for doc in docs:
+        idx.start(doc)
+    live = docs[-1][:10]
+    idx.start(live)
+    before = idx.n_tokens, idx.live_len
+    for _ in range(40):
+        after = [rnd.randrange(30) for _ in range(rnd.randrange(0, 5))]
+        if rnd.random() < 0.5:  # copy a stretch of an earlier document: a long match
+            doc = rnd.choice(docs)
+            at = rnd.randrange(len(doc) - 8)
+            after = doc[at:at + rnd.randrange(2, 8)]
+        m = idx.longest(6, after=after)
+        length, tokens = brute_longest(docs, live, 6, after)
+        got = (m.length, m.tokens) if m else (0, ())
+        assert got == ((length, tokens) if length >= 2 else (0, ())), after
+    assert (idx.n_tokens, idx.live_len) == before
+    assert idx.longest(6, after=[]) == idx.longest(6)
 
 
 def test_memory_is_bounded_by_evicting_the_oldest_documents():

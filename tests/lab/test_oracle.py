@@ -41,6 +41,16 @@ def test_the_draft_model_pays_for_what_it_reads():
     assert ext == pytest.approx(t_s + 4 * t_c + 2 * t_d + 0.05 + 8 * b)
 
 
+def test_the_draft_model_hands_over_to_lookup_within_a_step():
+    a, b, t_d = 0.020, 0.004, 0.010
+    free = StepCosts(a, b, t_d)
+    # an edit of 2 tokens at 0 that only the draft model gets, then a copy of 8 that lookup keeps from 2
+    lookup, draft = [0, 0, 8] + [0] * 8, [2, 1] + [0] * 9
+    handoff = 2 * t_d + a + 11 * b  # one pass: 2 draft tokens, lookup's 8, a bonus (11 tokens emitted)
+    apart = (2 * t_d + a + 3 * b) + (a + 9 * b)  # a draft step (3 tokens), then a lookup step (9)
+    assert handoff < apart and best_time(lookup, draft, free) == pytest.approx(handoff)
+
+
 def test_lookup_keeps_what_repeats():
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     output = [2, 3, 4, 5, 9, 2, 3]
