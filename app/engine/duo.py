@@ -7,6 +7,12 @@ answer's text. Lookup tokens are deterministic (q = one-hot: ``None`` rows in ``
 carry the draft's distributions, conditioned on the lookup tokens before them, so exact rejection sampling
 holds for the mixture position by position.
 
+While the draft model drafts, it asks after each token whether the tokens so far rejoin an earlier text
+(``SuffixIndex.longest(after=...)``: a renamed word typed, the copy resumes) and hands the rest of the proposal
+to lookup when that is worth more than drafting on (``mix.hand_over``): one verify pass then carries the edit
+and the copy after it. Which lookup tokens follow is a function of the tokens before them, so they too are
+deterministic proposals (``Draft.tail`` says which).
+
 The draft-length controller (``draftlen.DraftLength``) still owns the draft model's K, its pauses and probes;
 this proposer reads it (``bind``) and follows it while it probes or has not measured yet. Lookup steps report
 their verify passes to the controller (the verify cost fit learns from them) but not as the draft's

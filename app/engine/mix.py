@@ -1,5 +1,6 @@
 """Two drafters at once: before each step, prompt lookup, the draft model, lookup extended by the draft model,
-or no draft — whichever is expected to give the most tokens per second under what was measured.
+or no draft — whichever is expected to give the most tokens per second under what was measured; and while the
+draft model drafts, whether lookup should take over from it (:func:`hand_over`).
 
 For a proposal of ``n_l`` lookup tokens followed by ``n_d`` draft-model tokens (either may be 0), with
 per-token acceptance ``alpha_l`` for lookup tokens (measured for matches of that length) and ``alpha_d`` for
