@@ -317,6 +317,12 @@ class DraftLength:
         if self.auto and self.paused and self.measured() and (self.evidence < CONFIRM or self.age > STALE):
             self._probe("acceptance")  # with the real draft, warmed with the prompt (untimed)
 
+    def retest(self) -> None:
+        """Re-test a pause on acceptance at the next step (with the real draft), however often probes have
+        confirmed it: for a drafter whose acceptance was measured in conditions that a new text resets."""
+        if self.auto and self.paused and self.measured() and not self.probing and self.culprit() == "acceptance":
+            self._probe("acceptance")
+
     # --- explaining -------------------------------------------------------------------------------------
 
     def limit(self) -> Optional[str]:

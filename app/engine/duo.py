@@ -97,8 +97,11 @@ class DuoProposer:
         self._regret = 0.0  # seconds the plain steps since it last drafted lost against it (mix.choose)
 
     def bind(self, length: DraftLength) -> None:
-        """The draft-length controller of this generation."""
+        """The draft-length controller of this generation. A pause on the draft model's acceptance is re-tested
+        at its start: that acceptance was measured with holes in the draft model's context (the window skips
+        most of a lookup stretch), which a new generation starts without."""
         self.length = length
+        length.retest()
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         self.draft.begin(prompt, warm)

@@ -147,6 +147,20 @@ def test_memory_carries_across_generations():
     assert fresh.k == 0 and not fresh.paused  # a fresh controller measures a plain step first
 
 
+def test_a_retest_probes_a_confirmed_pause_on_acceptance_and_leaves_a_pause_on_cost():
+    sim = Sim(0.25, t_draft=0.4, a=1.0, b=0.1)
+    length = sim.run(auto(), 300)  # paused on acceptance, confirmed by probes
+    length.begin()
+    assert length.paused and not length.probing  # a confirmed pause is not re-tested at every request …
+    length.retest()  # … unless the drafter says what it measured no longer holds (auto: a new text, no holes)
+    assert length.probing and not length.free_probe and length.k > 0
+    cost = Sim(0.83, t_draft=0.053, a=0.004, b=0.1)  # paused because verifying costs a step per token
+    length = cost.run(auto(), 100)
+    assert length.paused and length.culprit() != "acceptance"
+    length.retest()
+    assert not length.probing and length.k == 0
+
+
 def test_bound_formula():
     assert leviathan_bound(1.0, 4, 0.0, 1.0) == 5.0
     assert abs(expected_tokens(0.5, 1) - 1.5) < 1e-12
