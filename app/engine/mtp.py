@@ -196,8 +196,9 @@ class MtpProposer(DraftModelProposer):
     def __init__(self, head: MtpHead, p_min: float = 0.0):
         super().__init__(head, p_min)  # type: ignore[arg-type]
 
-    def propose(self, history: Sequence[int], k: int, sampler, rng, sample: bool, noise=None) -> Draft:
-        draft = super().propose(history, k, sampler, rng, sample, noise)
+    def propose(self, history: Sequence[int], k: int, sampler, rng, sample: bool, noise=None, handoff=None,
+                reach: int = 0) -> Draft:
+        draft = super().propose(history, k, sampler, rng, sample, noise, handoff=handoff, reach=reach)
         if draft.synced <= STEADY_CATCH_UP:
             draft.synced, draft.t_sync = 1, 0.0
         return draft

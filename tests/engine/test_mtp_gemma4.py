@@ -69,17 +69,30 @@ def test_gemma4_assistant_refused_alone_or_beside_another_arch(g4_files):
         Pair.load(g4_files["qwen35"], g4_files["assistant"], load_options(n_ctx=256))
 
 
-@pytest.mark.parametrize("k", [1, 3, "auto"])
-def test_gemma4_assistant_greedy_speculative_equals_plain_with_rejections(g4_pair, g4_fresh, k):
+@pytest.mark.parametrize("k,proposer", [(1, "draft"), (3, "draft"), ("auto", "draft"), ("auto", "auto")])
+def test_gemma4_assistant_greedy_speculative_equals_plain_with_rejections(g4_pair, g4_fresh, k, proposer):
     prompt = g4_pair.target.tokenize(PROMPT)
     plain = plain_tokens(g4_fresh, prompt, 60)
     g4_pair.reset()
-    cfg = GenConfig(max_tokens=60, k=k, proposer="draft")
+    cfg = GenConfig(max_tokens=60, k=k, proposer=proposer)
     out, stats = run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg), length=g4_pair.draft_length(cfg))
     assert out == plain
     if k != "auto":  # auto K may rightly pause on this made-up pair; fixed K must draft and be rejected
         assert stats.drafted > 0 and stats.rejections > 0 and stats.accepted > 0
     assert g4_pair.target.n_past == len(prompt) + len(out) - 1
+
+
+def test_gemma4_assistant_hands_over_to_lookup(g4_pair):
+    """The assistant drafter takes auto's handoff as the draft model does (it is one, on the target's rows)."""
+    g4_pair.reset()
+    prompt = g4_pair.target.tokenize(PROMPT)
+    cfg = GenConfig(max_tokens=8, k=3, proposer="draft")
+    run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg))  # the target's cache and rows, as the assistant reads
+    proposer = g4_pair.proposer(cfg)
+    history = prompt + list(g4_pair.target.cached[len(prompt):])
+    draft = proposer.propose(history[:len(prompt) + 2], 2, SamplerSettings(), np.random.default_rng(0), False,
+                             handoff=lambda drafted: [5, 6], reach=4)
+    assert len(draft.tokens) == 3 and draft.tokens[1:] == [5, 6] and draft.tail == 2
 
 
 def test_gemma4_copy_assistant_accepts_everything(g4_files):
