@@ -17,6 +17,7 @@ from app.engine.backend import BackendError, Model
 from app.engine.loop import GenConfig, run
 from app.engine.mtp import MtpProposer
 from app.engine.pair import Pair
+from app.engine.sampling import SamplerSettings
 from app.testing import load_options
 from support.loopchi2 import assert_pair_keeps_law
 from support.mtpcheck import RecordingMtp, plain_tokens
@@ -87,11 +88,11 @@ def test_gemma4_assistant_hands_over_to_lookup(g4_pair):
     g4_pair.reset()
     prompt = g4_pair.target.tokenize(PROMPT)
     cfg = GenConfig(max_tokens=8, k=3, proposer="draft")
-    run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg))  # the target's cache and rows, as the assistant reads
-    proposer = g4_pair.proposer(cfg)
-    history = prompt + list(g4_pair.target.cached[len(prompt):])
-    draft = proposer.propose(history[:len(prompt) + 2], 2, SamplerSettings(), np.random.default_rng(0), False,
-                             handoff=lambda drafted: [5, 6], reach=4)
+    out, _ = run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg))
+    history = prompt + out[:2]
+    g4_pair.target.rollback(len(history) - 1)  # the target's cache holds the history but its last token, as in a step
+    draft = g4_pair.proposer(cfg).propose(history, 2, SamplerSettings(), np.random.default_rng(0), False,
+                                          handoff=lambda drafted: [5, 6], reach=4)
     assert len(draft.tokens) == 3 and draft.tokens[1:] == [5, 6] and draft.tail == 2
 
 
