@@ -45,6 +45,24 @@ MIXES = {
 }
 
 
+def assert_each_position_follows(p_rows: np.ndarray, draw, seed: int, label: str) -> None:
+    """``draw(rng)`` gives a (draft, q rows) pair; DRAWS of them go through rejection sampling, and the tokens
+    emitted at each position must follow that position's target p_i (chi-squared; the targets are
+    position-wise independent here, so each position's marginal over the runs reaching it is p_i)."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((len(p_rows), 5), dtype=np.int64)
+    for _ in range(DRAWS):
+        draft, q = draw(rng)
+        n, nxt = rejection_sample(p_rows, q, draft, rng)
+        for i, tok in enumerate(draft[:n] + [nxt]):
+            counts[i, tok] += 1
+    for i in range(len(p_rows)):
+        if counts[i].sum() < 500:
+            continue
+        stat, df = chi2(counts[i], p_rows[i])
+        assert stat < CHI2_CRIT[df], f"{label}, position {i}: chi2={stat:.1f} (df={df}) counts={counts[i]}"
+
+
 @pytest.mark.parametrize("mix", sorted(MIXES))
 def test_mixed_drafts_keep_the_targets_distribution(mix):
     lookup, n_draft = MIXES[mix]
@@ -52,44 +70,25 @@ def test_mixed_drafts_keep_the_targets_distribution(mix):
     p0 = np.array([0.0, 0.3, 0.3, 0.25, 0.15]) if mix == "lookup_the_target_never_picks" else P
     p_rows = np.stack([np.roll(p0, i) if i else p0 for i in range(gamma + 1)])
     q_rows = [None] * len(lookup) + [np.roll(Q, j + 1) for j in range(n_draft)]  # None: q = one-hot (lookup)
-    rng = np.random.default_rng(2024)
-    counts = np.zeros((gamma + 1, 5), dtype=np.int64)
-    for _ in range(DRAWS):
-        draft = list(lookup) + [sample_from(q_rows[i], rng) for i in range(len(lookup), gamma)]
-        n, nxt = rejection_sample(p_rows, q_rows, draft, rng)
-        for i, tok in enumerate(draft[:n] + [nxt]):
-            counts[i, tok] += 1
-    # the targets are position-wise independent here, so each position's marginal over the runs reaching it is p_i
-    for i in range(gamma + 1):
-        if counts[i].sum() < 500:
-            continue
-        stat, df = chi2(counts[i], p_rows[i])
-        assert stat < CHI2_CRIT[df], f"{mix}, position {i}: chi2={stat:.1f} (df={df}) counts={counts[i]}"
+
+    def draw(rng):
+        return list(lookup) + [sample_from(q_rows[i], rng) for i in range(len(lookup), gamma)], q_rows
+    assert_each_position_follows(p_rows, draw, 2024, mix)
 
 
 def test_a_handoff_to_lookup_keeps_the_targets_distribution():
     """The draft model samples, and lookup takes over where its continuation depends on what was sampled (duo's
     handoff: the index is asked with the drafted tokens): the proposal at each position is still a function of
     what came before it, lookup's one-hot, so rejection sampling keeps p position by position."""
-    gamma = 3
-    p_rows = np.stack([np.roll(P, i) for i in range(gamma + 1)])
-    q_rows = [np.roll(Q, j + 1) for j in range(gamma)]
-    rng = np.random.default_rng(7)
-    counts = np.zeros((gamma + 1, 5), dtype=np.int64)
-    for _ in range(DRAWS):
+    p_rows = np.stack([np.roll(P, i) for i in range(4)])
+    q_rows = [np.roll(Q, j + 1) for j in range(3)]
+
+    def draw(rng):
         x0 = sample_from(q_rows[0], rng)
         if x0 in (1, 2):  # lookup "matches" after these: hands over with a continuation that depends on x0
-            draft, q = [x0, (x0 + 2) % 5, 0], [q_rows[0], None, None]
-        else:
-            draft, q = [x0, sample_from(q_rows[1], rng)], q_rows[:2]
-        n, nxt = rejection_sample(p_rows, q, draft, rng)
-        for i, tok in enumerate(draft[:n] + [nxt]):
-            counts[i, tok] += 1
-    for i in range(gamma + 1):
-        if counts[i].sum() < 500:
-            continue
-        stat, df = chi2(counts[i], p_rows[i])
-        assert stat < CHI2_CRIT[df], f"position {i}: chi2={stat:.1f} (df={df}) counts={counts[i]}"
+            return [x0, (x0 + 2) % 5, 0], [q_rows[0], None, None]
+        return [x0, sample_from(q_rows[1], rng)], q_rows[:2]
+    assert_each_position_follows(p_rows, draw, 7, "handoff")
 
 
 def test_the_draft_model_hands_over_to_a_trusted_match_and_drafts_on_past_a_doubtful_one():
