@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -75,6 +76,22 @@ def read_costs(model) -> ReadCosts:
         return ReadCosts()
 
 
+@dataclass(frozen=True)
+class Prices:
+    """What one step's choices weigh, read once: the verify line ``a + b n``, a draft token ``t_d``, the draft
+    model's reading (``t_s``, ``t_c`` through ``window``: mix.reading), its acceptance ``alpha_d`` and the
+    history tokens it has not read (``pending``)."""
+
+    a: float
+    b: float
+    t_d: float
+    t_s: float
+    t_c: float
+    window: Optional[int]
+    alpha_d: float
+    pending: int
+
+
 class DuoProposer:
     """Lookup over the pair's suffix index and the draft model, one of them (or both) each step."""
 
@@ -121,12 +138,14 @@ class DuoProposer:
         self.index.sync(history)
         ln = self.length
         k_d = min(ln.k, k) if ln is not None else 0
-        if ln is None or ln.probing or (ln.auto and not ln.measured()):
-            choice = Choice(draft=k_d)  # the controller measures: do as it says
+        led = ln is None or ln.probing or (ln.auto and not ln.measured())  # the controller measures
+        prices = self._prices(ln, history) if not led and ln.auto else None  # (else a fixed K: nothing to weigh)
+        if led:
+            choice = Choice(draft=k_d)  # do as it says
             match = None
         else:
             match = self.index.longest(k)
-            choice = self._choose(ln, match, k, k_d, history)
+            choice = self._choose(match, k, k_d, prices)
         self.last_choice = choice
         if choice.draft > 0:
             self._run += 1
@@ -141,8 +160,7 @@ class DuoProposer:
         if lookup:
             self._last.append((len(history), tuple(lookup), 0, match.length))
         if choice.draft > 0:
-            weighed = ln is not None and ln.auto and ln.measured() and not ln.probing  # (costs to weigh with)
-            handoff = self._handoff(history, lookup, choice.draft, k) if weighed else None
+            handoff = self._handoff(prices, len(history), lookup, choice.draft, k) if prices is not None else None
             d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise,
                                    handoff=handoff, reach=k - len(lookup))
             out.tokens += d.tokens
@@ -168,41 +186,38 @@ class DuoProposer:
         self._learn(history)
         self.index.sync(history)
 
-    def _choose(self, ln: DraftLength, match, k: int, k_d: int, history: Sequence[int]) -> Choice:
-        n_avail = len(match.tokens) if match is not None else 0
-        if not ln.auto:  # a fixed K: no costs measured to weigh; a long match is taken, else the draft model
-            return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
-        a, b = ln.verify_line()
+    def _prices(self, ln: DraftLength, history: Sequence[int]) -> Prices:
         t_d = ln.t_d or 0.0
-        t_s, t_c = self.costs.reading(t_d)
-        return choose(a, b, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
-                      n_avail=n_avail, k_d=k_d, alpha_d=min(ln.alpha, 0.999), t_d=t_d, t_c=t_c,
-                      can_extend=n_avail < k, k_max=k, t_s=t_s, window=getattr(self.draft, "window", None),
-                      pending=self._pending(history), runs=self._runs(), regret=self._regret)
+        return Prices(*ln.verify_line(), t_d, *self.costs.reading(t_d), window=getattr(self.draft, "window", None),
+                      alpha_d=min(ln.alpha, 0.999), pending=self._pending(history))
 
-    def _handoff(self, history: Sequence[int], lookup: list, k_d: int, k: int):
+    def _choose(self, match, k: int, k_d: int, prices: Optional[Prices]) -> Choice:
+        n_avail = len(match.tokens) if match is not None else 0
+        if prices is None:  # a fixed K: no costs measured to weigh; a long match is taken, else the draft model
+            return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
+        p = prices
+        return choose(p.a, p.b, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
+                      n_avail=n_avail, k_d=k_d, alpha_d=p.alpha_d, t_d=p.t_d, t_c=p.t_c, can_extend=n_avail < k,
+                      k_max=k, t_s=p.t_s, window=p.window, pending=p.pending, runs=self._runs(),
+                      regret=self._regret)
+
+    def _handoff(self, p: Prices, start: int, lookup: list, k_d: int, k: int):
         """The draft model's question after each token it drafts (proposers.py): does lookup now offer tokens
-        worth more than drafting on (mix.hand_over)? Those that follow the history, ``lookup`` and the
-        drafted tokens in the index."""
-        ln = self.length
-        a, b = ln.verify_line()
-        t_d = ln.t_d or 0.0
-        t_s, t_c = self.costs.reading(t_d)
-        window = getattr(self.draft, "window", None)
-        sunk = reading(self._pending(history) + len(lookup), t_s, t_c, window)
-        alpha_d = min(ln.alpha, 0.999)
+        worth more than drafting on (mix.hand_over)? Those that follow the history (``start`` tokens),
+        ``lookup`` and the drafted tokens in the index."""
+        sunk = reading(p.pending + len(lookup), p.t_s, p.t_c, p.window)
 
         def ask(drafted: Sequence[int]) -> tuple:
             j = len(drafted)
             match = self.index.longest(k - len(lookup) - j, after=lookup + list(drafted))
             if match is None:
                 return ()
-            take = hand_over(a, b, alpha_d=alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
-                             k_d=k_d, n_avail=len(match.tokens), t_d=t_d, sunk=sunk + j * t_d, t_s=t_s,
-                             t_c=t_c, window=window)
+            take = hand_over(p.a, p.b, alpha_d=p.alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
+                             k_d=k_d, n_avail=len(match.tokens), t_d=p.t_d, sunk=sunk + j * p.t_d, t_s=p.t_s,
+                             t_c=p.t_c, window=p.window)
             if take:
-                self._last.append((len(history), tuple(lookup) + tuple(drafted) + match.tokens[:take],
-                                   len(lookup) + j, match.length))
+                self._last.append((start, tuple(lookup) + tuple(drafted) + match.tokens[:take], len(lookup) + j,
+                                   match.length))
             return match.tokens[:take]
         return ask
 
