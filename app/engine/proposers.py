@@ -119,7 +119,9 @@ class DraftModelProposer:
             start += b - a
         stop = len(history) - self.window - 1  # the last window tokens and the pending one are read
         end = self.skips[-1][1] if self.skips else 0
-        if start < end or stop <= start:  # the draft lacks tokens before a hole (rolled back): read them all
+        # the draft lacks tokens before a hole (rolled back), or lacks everything (its cache was emptied, e.g.
+        # by a measurement between two replies): read them all
+        if start < end or stop <= start or start == 0:
             return view, missing
         if start == end:
             self.skips[-1] = (self.skips[-1][0], stop)

@@ -69,3 +69,19 @@ def test_greedy_auto_with_the_window_equals_plain(smol_pair):
         assert spec == plain, prompt.id
         assert proposer.draft.window == CATCH_WINDOW
         assert stats.lookup_drafted > 0
+
+
+def test_an_emptied_draft_cache_is_read_whole_not_skipped(smol_pair):
+    """The draft model's cache emptied between two steps (the hindsight bound resets it between replies, and a
+    reply may start without a warm-up): nothing is read, so nothing can be skipped; the draft reads it all.
+    (It raised IndexError: a hole was extended where there was none.)"""
+    smol_pair.reset()
+    model = smol_pair.draft
+    prompt = smol_pair.target.tokenize("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+    proposer = DraftModelProposer(model, window=4)
+    proposer.begin(prompt, warm=False)
+    model.reset()
+    history = list(prompt) + smol_pair.target.tokenize("    return a - b\n", add_special=False)
+    draft = proposer.propose(history, 2, GREEDY, np.random.default_rng(0), False)
+    assert proposer.skips == [] and draft.synced == len(history)
+    assert model.cached[:len(history)] == history
