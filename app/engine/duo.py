@@ -139,13 +139,17 @@ class DuoProposer:
         ln = self.length
         k_d = min(ln.k, k) if ln is not None else 0
         led = ln is None or ln.probing or (ln.auto and not ln.measured())  # the controller measures
-        prices = self._prices(ln, history) if not led and ln.auto else None  # (else a fixed K: nothing to weigh)
+        prices = None  # (a fixed K: nothing to weigh)
         if led:
             choice = Choice(draft=k_d)  # do as it says
             match = None
         else:
             match = self.index.longest(k)
-            choice = self._choose(match, k, k_d, prices)
+            if match is None and k_d == 0:
+                choice = Choice()  # nothing to weigh against a plain step: skip reading the prices (each step)
+            else:
+                prices = self._prices(ln, history) if ln.auto else None
+                choice = self._choose(match, k, k_d, prices)
         self.last_choice = choice
         if choice.draft > 0:
             self._run += 1

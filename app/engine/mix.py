@@ -161,16 +161,22 @@ def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_
         else:
             best = replace(plain, regret=max(tv(1) - (t_draft + read(min(pending, 2))) / e_d, 0.0))
     # the draft model will read what a lookup step emits before it drafts again: what that adds to its reading
-    lookups = [Choice(lookup=n, rate=(e := expected_mixed(alpha_l, n))
-                      / (tv(n + 1) + (read(pending + e) - read(pending) if k_d > 0 else 0.0)))
-               for n in range(1, n_avail + 1)]
-    best_lookup = max(lookups, key=_rate, default=None)
+    # (E(n, 0) summed as n grows, as expected_mixed sums it: this runs before every step)
+    best_lookup, e, run, read_now = None, 1.0, 1.0, read(pending) if k_d > 0 else 0.0
+    for n in range(1, n_avail + 1):
+        run *= alpha_l
+        e += run
+        rate = e / (tv(n + 1) + (read(pending + e) - read_now if k_d > 0 else 0.0))
+        if best_lookup is None or rate > best_lookup.rate:
+            best_lookup = Choice(lookup=n, rate=rate)
     if best_lookup is not None and best_lookup.rate > plain.rate * (1 + MARGIN) and best_lookup.rate > best.rate:
         best = best_lookup
     if can_extend and n_avail > 0 and k_d > 0:
-        for j in range(1, min(k_d, k_max - n_avail) + 1):
-            rate = expected_mixed(alpha_l, n_avail, alpha_d, j) / (read(pending + n_avail) + j * t_d
-                                                                   + tv(n_avail + j + 1))
+        read_all = read(pending + n_avail)
+        for j in range(1, min(k_d, k_max - n_avail) + 1):  # E(n_avail, j), continuing the sum above
+            run *= alpha_d
+            e += run
+            rate = e / (read_all + j * t_d + tv(n_avail + j + 1))
             if rate > best.rate and rate > plain.rate * (1 + MARGIN):
                 best = Choice(lookup=n_avail, draft=j, rate=rate)
     return best
@@ -199,7 +205,3 @@ def hand_over(a: float, b: float, *, alpha_d: float, alpha_l: float, j: int, k_d
         if rate > best * (1 + MARGIN):
             best, take = rate, m
     return take
-
-
-def _rate(c: Choice) -> float:
-    return c.rate
