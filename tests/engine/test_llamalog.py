@@ -29,3 +29,14 @@ def test_a_recording_keeps_its_errors(capsys, monkeypatch):
         log_line(ERROR, "parse: error parsing grammar\n")
     assert lines == ["parse: error parsing grammar\n"] and capsys.readouterr().err == ""
     assert llamalog._load_log is None
+
+
+def test_cuda_graphs_are_off_unless_the_user_keeps_them():
+    from app.engine.llamalog import cuda_graphs_guard
+
+    env: dict = {}
+    assert cuda_graphs_guard(env) is False and env == {"GGML_CUDA_DISABLE_GRAPHS": "1"}
+    env = {"TANDEM_CUDA_GRAPHS": "1"}
+    assert cuda_graphs_guard(env) is True and "GGML_CUDA_DISABLE_GRAPHS" not in env
+    env = {"GGML_CUDA_DISABLE_GRAPHS": "0"}  # the user's own setting (llama.cpp reads any value as "off")
+    assert cuda_graphs_guard(env) is False and env == {"GGML_CUDA_DISABLE_GRAPHS": "0"}
