@@ -7,7 +7,8 @@
 #    and checks that the build can offload;
 # 2. runs the test suite with every model fully on the GPU (TANDEM_TEST_GPU_LAYERS=-1);
 # 3. benchmarks the demo pair: `bench --k auto` and `--k 8` on the built-in suite, and both on the prompt of the
-#    llama.cpp reference; `models fit --place` (the fit estimate against what llama.cpp placed);
+#    llama.cpp reference; the three drafters on the edit prompts; what a verify pass costs (scripts/verify_cost.py,
+#    CUDA graphs off and on); `models fit --place` (the fit estimate against what llama.cpp placed);
 # 4. builds llama.cpp's own llama-speculative-simple and llama-bench from the same vendored source (the
 #    llama-cpp-python sdist) and runs them on the same models and prompt as the reference;
 # 5. writes OUT_DIR/summary.md (scripts/gpu_summary.py) beside every JSON file and log.
@@ -118,6 +119,10 @@ bench bench-auto --k auto
 bench bench-k8 --k 8 --reference bare-spec
 bench bench-fib-auto --k auto --prompts-file "$OUT/fib.jsonl"
 bench bench-fib-k8 --k 8 --prompts-file "$OUT/fib.jsonl"
+bench bench-edit-drafters --suite edit --max-tokens 192 --proposer auto,draft,lookup
+say "verify cost (scripts/verify_cost.py), CUDA graphs off (Tandem's default) and on"
+"$PY" scripts/verify_cost.py "$PAIR" > "$OUT/verify-cost.txt" 2>&1 || true
+env -u GGML_CUDA_DISABLE_GRAPHS TANDEM_CUDA_GRAPHS=1 "$PY" scripts/verify_cost.py "$PAIR" > "$OUT/verify-cost-graphs.txt" 2>&1 || true
 say "models fit --place $PAIR"
 python3 launcher.py models fit --place "$PAIR" --json > "$OUT/fit-place.json"
 
