@@ -4,7 +4,7 @@ and a recording (a load, a grammar) keeps what it records to itself."""
 from __future__ import annotations
 
 from app.engine import llamalog
-from app.engine.llamalog import CONT, ERROR, log_line, recorded_log
+from app.engine.llamalog import CONT, ERROR, cuda_graphs_guard, log_line, recorded_log
 
 INFO = 2
 
@@ -32,8 +32,6 @@ def test_a_recording_keeps_its_errors(capsys, monkeypatch):
 
 
 def test_cuda_graphs_are_off_unless_the_user_keeps_them():
-    from app.engine.llamalog import cuda_graphs_guard
-
     env: dict = {}
     assert cuda_graphs_guard(env) is False and env == {"GGML_CUDA_DISABLE_GRAPHS": "1"}
     env = {"TANDEM_CUDA_GRAPHS": "1"}
