@@ -50,7 +50,7 @@ def docker_recipe():
     argv = recipe_line("python launcher.py serve --host 0.0.0.0")
     readme_key = argv[argv.index("--api-key") + 1]
     assert readme_value(r"OPENAI_API_KEY=(\S+)") == readme_key  # the container is given the same key
-    port, key = ephemeral_port(), secrets.token_urlsafe(16)
+    port, key = ephemeral_port(), "k" + secrets.token_urlsafe(16)  # never a leading "-" (argparse reads it as a flag)
     argv = with_flag(with_flag(argv, "--port", str(port)), "--api-key", key)
     assert argv[:2] == ["python", "launcher.py"]
     ARTIFACTS.mkdir(exist_ok=True)
@@ -119,7 +119,7 @@ def test_the_app_serves_the_same_recipe_on_its_own_port():
     """The app's line of the recipe: UI and /v1 beyond loopback, the container's Host header, the key."""
     argv = recipe_line("python launcher.py --no-browser --host 0.0.0.0")
     assert readme_value(r"OPENAI_API_BASE_URL=(http://host.docker.internal:7860/v1)")
-    port, key = ephemeral_port(), secrets.token_urlsafe(16)
+    port, key = ephemeral_port(), "k" + secrets.token_urlsafe(16)  # never a leading "-" (argparse reads it as a flag)
     argv = with_flag(with_flag(argv, "--port", str(port)), "--api-key", key)
     log = open(ARTIFACTS / "app-recipe.log", "w")
     proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), *argv[2:]], cwd=ROOT,
