@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""How much the draft model's guesses depend on reading the whole reply: its greedy agreement with the target
+with the full context, and with a *hole* — all but the last W tokens of the reply so far skipped, as auto's
+draft model does after a prompt-lookup stretch (``CATCH_WINDOW``, duo.py).
+
+For every prompt of a suite category (default: the edit prompts), plain decoding's reply ``y`` is fixed
+(T = 0); at every sixth position i the draft model drafts greedily from ``prompt + y[:i]`` and the run of its
+tokens equal to ``y[i:]`` is counted (at most 16), then again from ``prompt + y[:2] + y[i-W:i]`` for
+W = 8, 16, 32 (the hole is ``y[2:i-W]``, at consecutive positions).
+
+``--bounds`` also prints, per prompt, the hindsight bound's gain (``app/lab/oracle.py``) as ``bench --proposer
+auto,draft,lookup`` prints it (the draft model reads through auto's window, yet agrees as with the whole
+context) and with the draft model reading everything it skipped (what the bound's agreement assumes), under
+costs measured by one auto run per prompt.
+
+``python scripts/draft_context.py [PAIR] [--category edit] [--bounds]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.engine.duo import CATCH_WINDOW, read_costs  # noqa: E402
+from app.engine.loop import GenConfig, run  # noqa: E402
+from app.engine.pair import Pair  # noqa: E402
+from app.lab import oracle  # noqa: E402
+from app.lab.bench import encode  # noqa: E402
+from app.lab.prompts import builtin_suite  # noqa: E402
+from app.models.provision import ensure_pair  # noqa: E402
+
+HOLES = (8, 16, 32)
+K = 16
+
+
+def agreement(pair: Pair, context: list[int], want: list[int]) -> int:
+    """Greedy draft tokens from ``context`` equal to ``want``, in a row (at most K)."""
+    m = pair.draft
+    m.reset()
+    m.sync(context[:-1], need_logits=False)
+    tok, n = context[-1], 0
+    for expected in want[:K]:
+        tok = int(np.argmax(m.decode([tok])[0]))
+        if tok != expected:
+            break
+        n += 1
+    m.reset()
+    return n
+
+
+def bounds(pair: Pair, prompt: list[int], reply: list[int], cfg: GenConfig) -> tuple[float, float]:
+    """(gain with auto's window, gain reading everything): the mixed hindsight bound over the better single
+    drafter's own, under the costs auto measured."""
+    length = pair.draft_length(cfg)
+    a, b = length.verify_line()
+    t_d = length.t_d or 0.0
+    t_s, t_c = read_costs(pair.draft).reading(t_d)
+    lk, dk = oracle.lookup_kept(prompt, reply, K), oracle.draft_kept(pair, prompt, reply, K)
+    none = [0] * len(reply)
+    single = min(oracle.best_time(lk, none, oracle.StepCosts(a, b, t_d), K),
+                 oracle.best_time(none, dk, oracle.StepCosts(a, b, t_d, t_s, t_c), K))
+    window = oracle.best_time(lk, dk, oracle.StepCosts(a, b, t_d, t_s, t_c, CATCH_WINDOW), K)
+    full = oracle.best_time(lk, dk, oracle.StepCosts(a, b, t_d, t_s, t_c), K)
+    return single / window, single / full
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("pair", nargs="?", default="demo-smollm2")
+    parser.add_argument("--category", default="edit")
+    parser.add_argument("--bounds", action="store_true", help="the hindsight gain, windowed and reading all")
+    args = parser.parse_args(argv)
+    _, target, draft = ensure_pair(args.pair)
+    with Pair.load(target, draft) as pair:
+        encoded, _ = encode(pair, builtin_suite(args.category))
+        auto = GenConfig(max_tokens=192, k="auto", proposer="auto")
+        print(f"{'prompt':16} {'full':>6} " + " ".join(f"{f'hole W={w}':>10}" for w in HOLES)
+              + ("   gain: windowed  reading all" if args.bounds else ""))
+        rows, gains = [], []
+        for p, x in encoded:
+            y, _ = run(pair.target, x, GenConfig(max_tokens=192, speculative=False))
+            at = [i for i in range(12, len(y) - 4, 6) if i - max(HOLES) > 2]
+            r = [[agreement(pair, x + y[:i], y[i:]) for i in at]]
+            r += [[agreement(pair, x + y[:2] + y[i - w:i], y[i:]) for i in at] for w in HOLES]
+            line = f"{p.id:16} " + (" ".join(f"{statistics.mean(c):{6 if j == 0 else 10}.1f}"
+                                             for j, c in enumerate(r)) if at else f"{'(too short)':>40}")
+            if at:
+                rows.append(r)
+            if args.bounds:
+                run(pair.target, x, auto, pair.proposer(auto), length=pair.draft_length(auto))  # measure costs
+                g = bounds(pair, x, y, auto)
+                gains.append(g)
+                line += f"   {g[0]:14.3f} {g[1]:12.3f}"
+            print(line + f"   ({len(at)} positions, a reply of {len(y)} tokens)")
+        cols = [[v for r in rows for v in r[j]] for j in range(len(HOLES) + 1)]
+        line = f"{'all':16} " + " ".join(f"{statistics.mean(c):{6 if j == 0 else 10}.1f}" for j, c in enumerate(cols))
+        if gains:
+            windowed, whole = (statistics.median(g[j] for g in gains) for j in (0, 1))
+            line += f"   {windowed:14.3f} {whole:12.3f} (median)"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
