@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """How much the draft model's guesses depend on reading the whole reply: its greedy agreement with the target
 with the full context, and with a *hole* — all but the last W tokens of the reply so far skipped, as auto's
-draft model does after a prompt-lookup stretch (``CATCH_WINDOW``, duo.py).
+draft model did after a prompt-lookup stretch until it read everything (``CATCH_WINDOW``, duo.py).
 
 For every prompt of a suite category (default: the edit prompts), plain decoding's reply ``y`` is fixed
 (T = 0); at every sixth position i the draft model drafts greedily from ``prompt + y[:i]`` and the run of its
 tokens equal to ``y[i:]`` is counted (at most 16), then again from ``prompt + y[:2] + y[i-W:i]`` for
-W = 8, 16, 32 (the hole is ``y[2:i-W]``, at consecutive positions).
+W = 8, 16, 32 (the hole is ``y[2:i-W]``, at consecutive positions). Auto's draft model used to read through an
+8-token window (``DraftModelProposer.use_window``); since these figures it reads everything.
 
 ``--bounds`` also prints, per prompt, the hindsight bound's gain (``app/lab/oracle.py``) as ``bench --proposer
-auto,draft,lookup`` prints it (the draft model reads through auto's window, yet agrees as with the whole
-context) and with the draft model reading everything it skipped (what the bound's agreement assumes), under
+auto,draft,lookup`` printed it while auto read through an 8-token window (cheap reading, yet the whole context's
+agreement) and with the draft model reading everything it skipped (what the bound's agreement assumes), under
 costs measured by one auto run per prompt.
 
 ``python scripts/draft_context.py [PAIR] [--category edit] [--bounds]``
@@ -27,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.engine.duo import CATCH_WINDOW, read_costs  # noqa: E402
+from app.engine.duo import read_costs  # noqa: E402
 from app.engine.loop import GenConfig, run  # noqa: E402
 from app.engine.pair import Pair  # noqa: E402
 from app.lab import oracle  # noqa: E402
@@ -36,6 +37,7 @@ from app.lab.prompts import builtin_suite  # noqa: E402
 from app.models.provision import ensure_pair  # noqa: E402
 
 HOLES = (8, 16, 32)
+WINDOW = 8  # the window auto read through before it read everything (the bound's windowed costs)
 K = 16
 
 
@@ -65,7 +67,7 @@ def bounds(pair: Pair, prompt: list[int], reply: list[int], cfg: GenConfig) -> t
     none = [0] * len(reply)
     single = min(oracle.best_time(lk, none, oracle.StepCosts(a, b, t_d), K),
                  oracle.best_time(none, dk, oracle.StepCosts(a, b, t_d, t_s, t_c), K))
-    window = oracle.best_time(lk, dk, oracle.StepCosts(a, b, t_d, t_s, t_c, CATCH_WINDOW), K)
+    window = oracle.best_time(lk, dk, oracle.StepCosts(a, b, t_d, t_s, t_c, WINDOW), K)
     full = oracle.best_time(lk, dk, oracle.StepCosts(a, b, t_d, t_s, t_c), K)
     return single / window, single / full
 

@@ -40,9 +40,11 @@ from app.engine.suffix import SuffixIndex
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
 STEADY_PRIOR = 1.5  # … and reading two costs this many draft tokens (a 2-token batch: measured 1.7)
-# After a lookup stretch the draft model reads only the last CATCH_WINDOW accepted tokens and skips the rest
-# (proposers.py): a catch-up costs at most this many tokens, however long the stretch.
-CATCH_WINDOW = 8
+# After a lookup stretch the draft model reads all that it has not seen (None). Reading only the last 8 tokens
+# and skipping the rest (``DraftModelProposer.use_window``) was cheaper, but a hole in its context makes it guess
+# far worse (on the demo pair's edit prompts its greedy runs of agreement fell from 12.9 tokens to 3.8:
+# scripts/draft_context.py), and the mix then filled lookup's gaps with plain steps.
+CATCH_WINDOW: Optional[int] = None
 # A return to the draft model after a lookup stretch is charged its catch-up shared over the draft steps that
 # follow it: the mean of the recent runs, with this prior (one run of it) before any was seen.
 RUNS_PRIOR = 4.0
@@ -115,8 +117,8 @@ class DuoProposer:
 
     def bind(self, length: DraftLength) -> None:
         """The draft-length controller of this generation. A pause on the draft model's acceptance is re-tested
-        at its start: that acceptance was measured with holes in the draft model's context (the window skips
-        most of a lookup stretch), which a new generation starts without."""
+        at its start: that acceptance was measured on another text, and (with a window, ``CATCH_WINDOW``) with
+        holes in the draft model's context, which a new generation starts without."""
         self.length = length
         length.retest()
 

@@ -39,10 +39,9 @@ never tried is never measured (a good draft model's rate can stay above the prio
 reads it *optimistically*, an upper confidence bound in the manner of UCB (Auer et al. 2002):
 ``alpha_l + Z * sqrt(alpha_l (1 - alpha_l) / n)`` over its ``n`` judged tokens: a bucket tried a few times is
 given the benefit of the doubt, one tried often is taken at its measure (``Z`` small: at the ~20 judged tokens
-forgetting keeps, the bound is within 0.05 of the estimate). What the choice reads is also capped by the
-last few proposals of any length (forgetting ``FORGET_RECENT`` a proposal, the bucket's rate as their prior):
-a reply that edits as it copies breaks even long matches every few tokens, which a bucket learnt over many
-replies would see only slowly.
+forgetting keeps, the bound is within 0.05 of the estimate). (Capping it by what the last few proposals of
+any length kept, so that a reply that edits as it copies is seen sooner, made lookup lose to a draft model that
+reads everything where long matches were copies: left out.)
 
 References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192), Eq. 1; Karlin, Manasse, Rudolph,
 Sleator, Algorithmica 3 (1988), competitive snoopy caching (the ski-rental rule); Saxena 2023, prompt lookup
@@ -62,7 +61,6 @@ BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCK
 PRIOR_ALPHA_L = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 PRIOR_TRIALS_L = 2.0
 FORGET_L = 0.95  # per judged lookup proposal: a bucket follows its last ~20 proposals
-FORGET_RECENT = 0.7  # per judged proposal: where the text is now (a copy with edits in it, or a new passage)
 Z = 0.5  # the optimism of an upper confidence bound, in standard errors
 MARGIN = 0.02  # a lookup proposal must beat a plain step by 2 % (as the draft model must: draftlen.py)
 
@@ -84,7 +82,6 @@ class LookupAcceptance:
     def __init__(self):
         self.accepted = [a * PRIOR_TRIALS_L for a in PRIOR_ALPHA_L]
         self.trials = [PRIOR_TRIALS_L] * len(BUCKETS)
-        self.recent_accepted = self.recent_trials = 0.0  # every bucket's last few proposals (FORGET_RECENT)
 
     @staticmethod
     def bucket(match_len: int) -> int:
@@ -98,10 +95,7 @@ class LookupAcceptance:
         """The upper confidence bound of :meth:`alpha` (see the module docstring), below 1."""
         b = self.bucket(match_len)
         a = self.accepted[b] / self.trials[b]
-        ucb = a + Z * math.sqrt(a * (1 - a) / self.trials[b])
-        # … and no higher than what the last few proposals (any length) kept, the bucket's rate as their prior
-        r = (self.recent_accepted + a * PRIOR_TRIALS_L) / (self.recent_trials + PRIOR_TRIALS_L)
-        return min(ucb, r + Z * math.sqrt(r * (1 - r) / (self.recent_trials + PRIOR_TRIALS_L)), 0.999)
+        return min(a + Z * math.sqrt(a * (1 - a) / self.trials[b]), 0.999)
 
     def record(self, match_len: int, proposed: int, accepted: int) -> None:
         """``proposed`` lookup tokens verified, the first ``accepted`` of them kept."""
@@ -111,8 +105,6 @@ class LookupAcceptance:
         judged = min(accepted + 1, proposed)
         self.accepted[b] = self.accepted[b] * FORGET_L + accepted
         self.trials[b] = self.trials[b] * FORGET_L + judged
-        self.recent_accepted = self.recent_accepted * FORGET_RECENT + accepted
-        self.recent_trials = self.recent_trials * FORGET_RECENT + judged
 
 
 def expected_mixed(alpha_l: float, n_l: int, alpha_d: float = 0.0, n_d: int = 0) -> float:

@@ -152,6 +152,8 @@ def _bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> 
     mixed = oracle.best_time(lookup, draft, oracle.StepCosts(a, b, t_d, t_s, t_c, CATCH_WINDOW), cfg.k_max)
     single = min(oracle.best_time(lookup, none, oracle.StepCosts(a, b, t_d), cfg.k_max),
                  oracle.best_time(none, draft, oracle.StepCosts(a, b, t_d, t_s, t_c), cfg.k_max))
+    if CATCH_WINDOW is None:  # auto reads everything: the bound is already charged for it
+        return len(output) * (a + b) / mixed, single / mixed, None
     read_all = oracle.best_time(lookup, draft, oracle.StepCosts(a, b, t_d, t_s, t_c), cfg.k_max)
     return len(output) * (a + b) / mixed, single / mixed, single / read_all
 
@@ -194,10 +196,11 @@ def format_comparison(c: DrafterComparison) -> str:
     names = list(c.results)
     both = any(r.auto_ratio is not None for r in c.rows)
     bound = any(r.bound is not None for r in c.rows)
+    read_all = any(r.bound_gain_all is not None for r in c.rows)  # (auto skips what a window leaves out)
     spread = any(r.auto_interval is not None for r in c.rows)
     head = f"{'prompt':<20} {'plain t/s':>9} " + " ".join(f"{p:>8}" for p in names) \
         + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'90% range':>9}" if spread else "") \
-        + (f" {'bound':>7} {'gain':>5} {'all':>5}" if bound else "")
+        + (f" {'bound':>7} {'gain':>5}" if bound else "") + (f" {'all':>5}" if read_all else "")
     lines = [head, "-" * len(head)]
     first = next(iter(c.results.values()))
     for i, row in enumerate(c.rows):
@@ -205,15 +208,15 @@ def format_comparison(c: DrafterComparison) -> str:
         span = "{:.2f}–{:.2f}".format(*row.auto_interval) if row.auto_interval else "-"
         tail = (f" {row.best_single or '-':>11} {fmt(row.auto_ratio):>9}" if both else "") \
             + (f" {span:>9}" if spread else "") \
-            + (f" {fmt(row.bound, '.2f', 'x'):>7} {fmt(row.bound_gain):>5} {fmt(row.bound_gain_all):>5}"
-               if bound else "")
+            + (f" {fmt(row.bound, '.2f', 'x'):>7} {fmt(row.bound_gain):>5}" if bound else "") \
+            + (f" {fmt(row.bound_gain_all):>5}" if read_all else "")
         lines.append(f"{row.id[:20]:<20} {fmt(first.per_prompt[i].baseline_tps, '.1f'):>9} {cells}{tail}")
     lines.append("-" * len(head))
     cells = " ".join(f"{fmt(c.results[p].speedup, '.2f', 'x'):>8}" for p in names)
     gain, gain_all = median([r.bound_gain for r in c.rows]), median([r.bound_gain_all for r in c.rows])
     tail = (f" {'':>11} {fmt(c.auto_ratio):>9}" if both else "") + (f" {'':>9}" if spread else "") \
-        + (f" {fmt(median([r.bound for r in c.rows]), '.2f', 'x'):>7} {fmt(gain):>5} {fmt(gain_all):>5}"
-           if bound else "")
+        + (f" {fmt(median([r.bound for r in c.rows]), '.2f', 'x'):>7} {fmt(gain):>5}" if bound else "") \
+        + (f" {fmt(gain_all):>5}" if read_all else "")
     lines.append(f"{'median':<20} {fmt(first.baseline_tps, '.1f'):>9} {cells}{tail}")
     if both:
         lines.append(f"auto / the better single drafter: median {fmt(c.auto_ratio)}, lowest {fmt(c.auto_ratio_min)} "
@@ -226,9 +229,9 @@ def format_comparison(c: DrafterComparison) -> str:
                      "with the costs auto K measured here, the draft model paying what it reads (app/lab/oracle.py; "
                      "an estimate, not a run); "
                      "gain: that bound over the better single drafter's own hindsight bound (what choosing per step "
-                     "can add at best); all: that gain with the draft model reading everything auto's window skips "
-                     "(the bound credits the agreement it has with the whole context: with a hole it agrees far less, "
-                     "scripts/draft_context.py)")
+                     "can add at best)" + ("; all: that gain with the draft model reading everything auto's window "
+                     "skips (the bound credits the agreement it has with the whole context: with a hole it agrees far "
+                     "less, scripts/draft_context.py)" if read_all else ""))
     same = {p: r.identical for p, r in c.results.items() if r.identical is not None}
     if same:
         lines.append("output identical to plain: " + ", ".join(f"{p} {'yes' if v else 'NO'}" for p, v in same.items()))

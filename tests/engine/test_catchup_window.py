@@ -56,8 +56,14 @@ def test_a_short_stretch_is_read_whole(smol_pair):
     assert proposer.skips == [] and smol_pair.draft.cached[:len(history)] == history
 
 
+def test_auto_reads_all_that_its_draft_model_has_not_seen(smol_pair):
+    """A hole in the draft model's context makes it guess far worse (scripts/draft_context.py): auto's draft
+    model reads what lookup emitted instead of skipping it."""
+    assert CATCH_WINDOW is None
+    assert smol_pair.proposer(GenConfig(max_tokens=8, proposer="auto")).draft.window is None
+
+
 def test_greedy_auto_with_the_window_equals_plain(smol_pair):
-    assert CATCH_WINDOW and CATCH_WINDOW >= 1
     for prompt in [p for p in builtin_suite("edit") if p.id in ("edit-hints", "edit-class")]:
         tokens = prompt.tokens(smol_pair)
         smol_pair.reset()
@@ -65,9 +71,10 @@ def test_greedy_auto_with_the_window_equals_plain(smol_pair):
         smol_pair.reset()
         cfg = GenConfig(max_tokens=128, proposer="auto", k=16)  # fixed K: long matches are taken whole
         proposer = smol_pair.proposer(cfg)
+        proposer.draft.use_window(8)  # the option auto does not take: skip all but the last 8
         spec, stats = run(smol_pair.target, tokens, cfg, proposer)
         assert spec == plain, prompt.id
-        assert proposer.draft.window == CATCH_WINDOW
+        assert proposer.draft.window == 8
         assert stats.lookup_drafted > 0
 
 

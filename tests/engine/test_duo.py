@@ -167,16 +167,6 @@ def test_a_return_to_the_draft_model_is_charged_its_catch_up_shared_over_the_ste
     assert steps == math.ceil(catch_up / spared.regret)
 
 
-def test_lookup_is_trusted_no_more_than_its_last_few_proposals_kept():
-    acc = LookupAcceptance()
-    for _ in range(50):
-        acc.record(20, 16, 16)  # earlier replies: long matches were copies
-    for _ in range(4):
-        acc.record(20, 16, 2)  # this one renames a variable: a long match breaks every few tokens
-    assert acc.alpha(20) > 0.97  # the bucket, learnt over many proposals, hardly moved …
-    assert acc.optimistic(20) < acc.alpha(20) - 0.05  # … what the choice reads follows the text
-
-
 def test_a_bucket_tried_little_is_read_optimistically():
     acc = LookupAcceptance()
     assert acc.optimistic(12) > acc.alpha(12) + 0.1  # the prior alone: two judged tokens
