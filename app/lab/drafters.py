@@ -42,15 +42,12 @@ class DrafterRow:
     auto_ratio: Optional[float] = None  # auto's speedup / the better single drafter's (with auto)
     bound: Optional[float] = None  # the hindsight bound's speedup (oracle.py; T = 0 with auto only): an estimate
     bound_gain: Optional[float] = None  # that bound / the better single drafter's own hindsight bound
-    # … with the draft model charged for reading everything auto's window skips (the agreement the bound credits,
-    # measured with the whole context, then holds; with a hole it falls: scripts/draft_context.py)
-    bound_gain_all: Optional[float] = None
     auto_interval: Optional[tuple] = None  # (low, high): INTERVAL bootstrap interval of auto_ratio
 
     def to_dict(self) -> dict:
         return {"id": self.id, "speedups": dict(self.speedups), "best_single": self.best_single,
                 "auto_ratio": self.auto_ratio, "auto_interval": list(self.auto_interval or ()) or None,
-                "bound": self.bound, "bound_gain": self.bound_gain, "bound_gain_read_all": self.bound_gain_all}
+                "bound": self.bound, "bound_gain": self.bound_gain}
 
 
 @dataclass(frozen=True)
@@ -123,25 +120,26 @@ def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, prop
             break
         for p in proposers:
             rows[p].append(_prompt_result(pair, prompt, tokens, runs["plain"], runs[p], cfgs[p]))
-        bounds.append(_bound(pair, tokens, runs["plain"][0].tokens, cfgs.get(COMBINED)))
+        bounds.append(hindsight_bound(pair, tokens, runs["plain"][0].tokens, cfgs.get(COMBINED)))
         if partial:
             break
     results = {p: _aggregate(rows[p], cfgs[p], partial, None, skipped,
                              index_bytes if p == COMBINED else None) for p in proposers}
-    rows_out = [replace(r, bound=b[0], bound_gain=b[1], bound_gain_all=b[2])
-                for r, b in zip(_compare(results), bounds)]
+    rows_out = [replace(r, bound=b[0], bound_gain=b[1]) for r, b in zip(_compare(results), bounds)]
     return DrafterComparison(results=results, rows=rows_out, partial=partial)
 
 
-def _bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> tuple:
-    """(the hindsight bound's speedup, its gain over the better single drafter's own hindsight bound, that gain
-    with the draft model reading all it skips) for one prompt (oracle.py), with the costs auto K measured in this
-    sitting; Nones unless auto ran greedy at auto K with a draft model and the costs are measured."""
+def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig],
+                    window: Optional[int] = CATCH_WINDOW) -> tuple:
+    """(the hindsight bound's speedup, its gain over the better single drafter's own hindsight bound) for one
+    prompt (oracle.py), with the costs auto K measured in this sitting, auto's draft model reading through
+    ``window`` (None: all it has not seen, as auto does); Nones unless auto ran greedy at auto K with a draft
+    model and the costs are measured."""
     if cfg is None or not cfg.sampler.greedy or cfg.k != "auto" or pair.draft is None or not output:
-        return None, None, None
+        return None, None
     length = pair.draft_length(cfg)
     if length is None or not length.measured():
-        return None, None, None
+        return None, None
     a, b = length.verify_line()
     t_d = length.t_d or 0.0
     t_s, t_c = read_costs(pair.draft).reading(t_d)
@@ -149,13 +147,10 @@ def _bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> 
     draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
     none = [0] * len(output)
     # auto's draft model reads through its window after a lookup stretch; the draft model alone reads it all
-    mixed = oracle.best_time(lookup, draft, oracle.StepCosts(a, b, t_d, t_s, t_c, CATCH_WINDOW), cfg.k_max)
+    mixed = oracle.best_time(lookup, draft, oracle.StepCosts(a, b, t_d, t_s, t_c, window), cfg.k_max)
     single = min(oracle.best_time(lookup, none, oracle.StepCosts(a, b, t_d), cfg.k_max),
                  oracle.best_time(none, draft, oracle.StepCosts(a, b, t_d, t_s, t_c), cfg.k_max))
-    if CATCH_WINDOW is None:  # auto reads everything: the bound is already charged for it
-        return len(output) * (a + b) / mixed, single / mixed, None
-    read_all = oracle.best_time(lookup, draft, oracle.StepCosts(a, b, t_d, t_s, t_c), cfg.k_max)
-    return len(output) * (a + b) / mixed, single / mixed, single / read_all
+    return len(output) * (a + b) / mixed, single / mixed
 
 
 def _compare(results: dict) -> list[DrafterRow]:
@@ -196,11 +191,10 @@ def format_comparison(c: DrafterComparison) -> str:
     names = list(c.results)
     both = any(r.auto_ratio is not None for r in c.rows)
     bound = any(r.bound is not None for r in c.rows)
-    read_all = any(r.bound_gain_all is not None for r in c.rows)  # (auto skips what a window leaves out)
     spread = any(r.auto_interval is not None for r in c.rows)
     head = f"{'prompt':<20} {'plain t/s':>9} " + " ".join(f"{p:>8}" for p in names) \
         + (f" {'best single':>11} {'auto/best':>9}" if both else "") + (f" {'90% range':>9}" if spread else "") \
-        + (f" {'bound':>7} {'gain':>5}" if bound else "") + (f" {'all':>5}" if read_all else "")
+        + (f" {'bound':>7} {'gain':>5}" if bound else "")
     lines = [head, "-" * len(head)]
     first = next(iter(c.results.values()))
     for i, row in enumerate(c.rows):
@@ -208,15 +202,13 @@ def format_comparison(c: DrafterComparison) -> str:
         span = "{:.2f}–{:.2f}".format(*row.auto_interval) if row.auto_interval else "-"
         tail = (f" {row.best_single or '-':>11} {fmt(row.auto_ratio):>9}" if both else "") \
             + (f" {span:>9}" if spread else "") \
-            + (f" {fmt(row.bound, '.2f', 'x'):>7} {fmt(row.bound_gain):>5}" if bound else "") \
-            + (f" {fmt(row.bound_gain_all):>5}" if read_all else "")
+            + (f" {fmt(row.bound, '.2f', 'x'):>7} {fmt(row.bound_gain):>5}" if bound else "")
         lines.append(f"{row.id[:20]:<20} {fmt(first.per_prompt[i].baseline_tps, '.1f'):>9} {cells}{tail}")
     lines.append("-" * len(head))
     cells = " ".join(f"{fmt(c.results[p].speedup, '.2f', 'x'):>8}" for p in names)
-    gain, gain_all = median([r.bound_gain for r in c.rows]), median([r.bound_gain_all for r in c.rows])
+    gain = median([r.bound_gain for r in c.rows])
     tail = (f" {'':>11} {fmt(c.auto_ratio):>9}" if both else "") + (f" {'':>9}" if spread else "") \
-        + (f" {fmt(median([r.bound for r in c.rows]), '.2f', 'x'):>7} {fmt(gain):>5}" if bound else "") \
-        + (f" {fmt(gain_all):>5}" if read_all else "")
+        + (f" {fmt(median([r.bound for r in c.rows]), '.2f', 'x'):>7} {fmt(gain):>5}" if bound else "")
     lines.append(f"{'median':<20} {fmt(first.baseline_tps, '.1f'):>9} {cells}{tail}")
     if both:
         lines.append(f"auto / the better single drafter: median {fmt(c.auto_ratio)}, lowest {fmt(c.auto_ratio_min)} "
@@ -229,9 +221,7 @@ def format_comparison(c: DrafterComparison) -> str:
                      "with the costs auto K measured here, the draft model paying what it reads (app/lab/oracle.py; "
                      "an estimate, not a run); "
                      "gain: that bound over the better single drafter's own hindsight bound (what choosing per step "
-                     "can add at best)" + ("; all: that gain with the draft model reading everything auto's window "
-                     "skips (the bound credits the agreement it has with the whole context: with a hole it agrees far "
-                     "less, scripts/draft_context.py)" if read_all else ""))
+                     "can add at best)")
     same = {p: r.identical for p, r in c.results.items() if r.identical is not None}
     if same:
         lines.append("output identical to plain: " + ", ".join(f"{p} {'yes' if v else 'NO'}" for p, v in same.items()))

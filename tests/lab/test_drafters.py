@@ -32,9 +32,6 @@ def test_three_proposers_interleaved_and_compared(smol_pair):
         assert row.auto_ratio == pytest.approx(row.speedups["auto"] / single[row.best_single])
     for row in c.rows:  # the hindsight bound, where auto K had measured its costs
         assert row.bound is None or row.bound > 0 and row.bound_gain >= 1.0
-        # reading all that the window skips costs the mix more: its gain is no larger (the singles are the same)
-        assert row.bound_gain_all is None or 1.0 <= row.bound_gain_all <= row.bound_gain + 1e-9
-    assert "bound_gain_read_all" in c.to_dict()["per_prompt"][0]
     table = format_comparison(c)
     assert "auto/best" in table and "median" in table and "output identical to plain: auto yes" in table
     assert "auto's median speedup / the better single drafter's median" in table
