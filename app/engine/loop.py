@@ -171,6 +171,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     stream, stats = Utf8Stream(), Stats()
     text: list[str] = []
     emitted, step, reason = 0, 0, None
+    end: Optional[int] = None  # the end-of-generation token the target chose, if it ended so
     while reason is None:
         if stop is not None and stop.is_set():
             reason = "stopped"
@@ -193,6 +194,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         draft = source.propose(tokens, limit, cfg.sampler, rng, sample_draft, **coupling) if limit > 0 else Draft()
         if track is not None:
             draft = _cut(draft, track.cut(draft.tokens))
+        draft = _cut(draft, _through_end(target, draft.tokens))
         if k == 0 and spec is not None and length.wake and hasattr(spec, "time_tokens"):
             draft.seconds = spec.time_tokens(tokens, length.wake)  # re-measure the sleeping draft's cost
 
@@ -210,7 +212,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         events: list[Event] = []
         for i, tok in enumerate(draft.tokens[:n] + [nxt]):
             if target.is_eog(tok):
-                reason = "eog"
+                reason, end = "eog", tok
                 break
             kind = ACCEPTED if i < n else (CORRECTED if n < len(draft.tokens) else (BONUS if draft.tokens else PLAIN))
             tokens.append(tok)
@@ -243,7 +245,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         yield step_ev
 
     if mixes:
-        mixer.finish(tokens)  # the reply's last tokens join lookup's memory
+        mixer.finish(tokens, end)  # the reply's last tokens join lookup's memory
     tail = stream.flush()
     if tail:
         text.append(tail)
@@ -253,8 +255,14 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
                     tokens=tuple(tokens[len(prompt):]))
 
 
+def _through_end(target: Target, tokens: Sequence[int]) -> int:
+    """How many draft tokens can matter: up to and including the first end-of-generation token (the reply
+    ends there if the target keeps it, so whatever follows would only widen the verify pass)."""
+    return next((i + 1 for i, tok in enumerate(tokens) if target.is_eog(tok)), len(tokens))
+
+
 def _cut(draft: Draft, n: int) -> Draft:
-    """The draft's first ``n`` tokens (those a grammar allows)."""
+    """The draft's first ``n`` tokens (those a grammar allows, those up to an end of generation)."""
     if n == len(draft.tokens):
         return draft
     return Draft(tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],

@@ -132,7 +132,7 @@ class DraftModelProposer:
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
                 rng: np.random.Generator, sample: bool, noise: Optional[GumbelNoise] = None,
                 handoff: Optional[Callable[[Sequence[int]], Sequence[int]]] = None, reach: int = 0) -> Draft:
-        """Up to ``k`` tokens drafted one by one. ``handoff``: asked after each drafted token (with those
+        """Up to ``k`` tokens drafted one by one, ending after an end-of-generation token. ``handoff``: asked after each drafted token (with those
         drafted so far) for tokens that should follow them instead of more drafting (prompt lookup taking
         over, duo.py), up to ``reach`` tokens in all; the first non-empty answer ends the draft with them."""
         t0 = time.perf_counter()
@@ -141,6 +141,7 @@ class DraftModelProposer:
         k, reach = min(k, room), min(max(reach, k), room)
         if k <= 0:
             return draft
+        ended = getattr(self.model, "is_eog", None)  # (an MTP head has no vocabulary: the loop cuts there)
         view, draft.synced = self._skip(history)
         logits = self.model.sync(view)
         draft.t_sync = time.perf_counter() - t0 if draft.synced > 1 else 0.0
@@ -161,6 +162,8 @@ class DraftModelProposer:
                 draft.q.append(q)
             if recent:
                 recent.append(x)
+            if ended is not None and ended(x):
+                break  # the reply ends here if the target keeps it: nothing after it can be emitted
             if handoff is not None and j + 1 < reach:
                 more = list(handoff(draft.tokens))[:reach - j - 1]
                 if more:  # x stays unread: the next catch-up reads it with what the target kept

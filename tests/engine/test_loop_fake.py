@@ -14,7 +14,7 @@ import pytest
 from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN, DoneEvent, StepEvent,
                                TokenEvent)
 from app.engine.loop import GenConfig, generate
-from app.engine.proposers import Draft
+from app.engine.proposers import Draft, DraftModelProposer
 from app.engine.sampling import SamplerSettings
 
 from support.fake_target import FakeTarget
@@ -102,6 +102,22 @@ def test_an_end_of_generation_token_ends_with_the_eog_reason(speculative):
                           ScriptedProposer(64)))
     assert done.reason == "eog"
     assert list(done.tokens) == list(range(4, 10))  # up to, not including, the EOG token
+
+
+def test_a_draft_is_cut_after_its_end_of_generation_token():
+    # the scripted draft runs 4..11 across the EOG token 10: the verify pass sees 4..10 only (7 tokens), since
+    # nothing after an end of generation can be emitted
+    target = FakeTarget(eog=10)
+    evs = events(target, GenConfig(max_tokens=100, sampler=GREEDY, k=8), ScriptedProposer(64))
+    steps = [e for e in evs if isinstance(e, StepEvent)]
+    assert [(s.drafted, s.accepted) for s in steps] == [(7, 7)]
+    assert done_of(evs).reason == "eog" and list(done_of(evs).tokens) == list(range(4, 10))
+
+
+def test_a_draft_model_stops_drafting_after_an_end_of_generation_token():
+    model = FakeTarget(eog=10)  # as a draft model: it drafts 4, 5, … and 10 ends a reply
+    draft = DraftModelProposer(model).propose(PROMPT, 12, GREEDY, np.random.default_rng(0), False)
+    assert draft.tokens == list(range(4, 11))
 
 
 def test_provenance_kinds_follow_the_scripted_draft():

@@ -54,6 +54,12 @@ class FakeTarget:
     def rollback(self, n_keep: int) -> None:
         del self.cached[n_keep:]
 
+    def missing(self, tokens: Sequence[int]) -> int:
+        keep = 0
+        while keep < min(len(self.cached), len(tokens)) and self.cached[keep] == tokens[keep]:
+            keep += 1
+        return len(tokens) - keep
+
     def is_eog(self, token: int) -> bool:
         return token == self.eog
 
