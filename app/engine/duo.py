@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -35,7 +35,7 @@ from app.engine.draftlen import DraftLength, lower_median
 from app.engine.mix import Choice, LookupAcceptance, choose, hand_over, reading
 from app.engine.proposers import Draft, DraftModelProposer
 from app.engine.sampling import SamplerSettings
-from app.engine.suffix import SuffixIndex
+from app.engine.suffix import Match, SuffixIndex
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
@@ -114,6 +114,7 @@ class DuoProposer:
         self.last_choice = Choice()
         self._run = 0  # steps in a row the draft model drafted, so far
         self._regret = 0.0  # seconds the plain steps since it last drafted lost against it (mix.choose)
+        self._is_eog = getattr(getattr(draft, "model", None), "is_eog", None)  # (None: the loop cuts there)
 
     def bind(self, length: DraftLength) -> None:
         """The draft-length controller of this generation. A pause on the draft model's acceptance is re-tested
@@ -146,12 +147,12 @@ class DuoProposer:
             choice = Choice(draft=k_d)  # do as it says
             match = None
         else:
-            match = self.index.longest(k)
+            match, ends = self._through_end(self.index.longest(k))
             if match is None and k_d == 0:
                 choice = Choice()  # nothing to weigh against a plain step: skip reading the prices (each step)
             else:
                 prices = self._prices(ln, history) if ln.auto else None
-                choice = self._choose(match, k, k_d, prices)
+                choice = self._choose(match, k, k_d, prices, ends)
         self.last_choice = choice
         if choice.draft > 0:
             self._run += 1
@@ -187,9 +188,10 @@ class DuoProposer:
         if read >= CATCH_MIN and t_sync > 0 and t_s is not None:
             self.costs.catch.append(max(t_sync - t_s, 0.0) / (read - 2))
 
-    def finish(self, history: Sequence[int]) -> None:
-        """The generation ended at ``history``: index all of it (the next request may quote it)."""
-        self._learn(history)
+    def finish(self, history: Sequence[int], end: Optional[int] = None) -> None:
+        """The generation ended at ``history``: index all of it (the next request may quote it). ``end``: the
+        end-of-generation token the target chose there (a proposal that ended so was right), if it did."""
+        self._learn(history, end)
         self.index.sync(history)
 
     def _prices(self, ln: DraftLength, history: Sequence[int]) -> Prices:
@@ -197,13 +199,22 @@ class DuoProposer:
         return Prices(*ln.verify_line(), t_d, *self.costs.reading(t_d), window=getattr(self.draft, "window", None),
                       alpha_d=min(ln.alpha, 0.999), pending=self._pending(history))
 
-    def _choose(self, match, k: int, k_d: int, prices: Optional[Prices]) -> Choice:
+    def _through_end(self, match: Optional[Match]) -> tuple[Optional[Match], bool]:
+        """``match`` cut after its first end-of-generation token (nothing after it can be emitted), and whether
+        it was: then no draft token may follow it."""
+        if match is None or self._is_eog is None:
+            return match, False
+        end = next((i + 1 for i, tok in enumerate(match.tokens) if self._is_eog(tok)), None)
+        return (match, False) if end is None else (replace(match, tokens=match.tokens[:end]), True)
+
+    def _choose(self, match, k: int, k_d: int, prices: Optional[Prices], ends: bool = False) -> Choice:
         n_avail = len(match.tokens) if match is not None else 0
         if prices is None:  # a fixed K: no costs measured to weigh; a long match is taken, else the draft model
             return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
         p = prices
         return choose(p.a, p.b, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
-                      n_avail=n_avail, k_d=k_d, alpha_d=p.alpha_d, t_d=p.t_d, t_c=p.t_c, can_extend=n_avail < k,
+                      n_avail=n_avail, k_d=k_d, alpha_d=p.alpha_d, t_d=p.t_d, t_c=p.t_c,
+                      can_extend=n_avail < k and not ends,
                       k_max=k, t_s=p.t_s, window=p.window, pending=p.pending, runs=self._runs(),
                       regret=self._regret)
 
@@ -215,7 +226,7 @@ class DuoProposer:
 
         def ask(drafted: Sequence[int]) -> tuple:
             j = len(drafted)
-            match = self.index.longest(k - len(lookup) - j, after=lookup + list(drafted))
+            match = self._through_end(self.index.longest(k - len(lookup) - j, after=lookup + list(drafted)))[0]
             if match is None:
                 return ()
             take = hand_over(p.a, p.b, alpha_d=p.alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
@@ -238,21 +249,23 @@ class DuoProposer:
             return 1
         return self.draft.model.missing(self.draft.view(history))
 
-    def _learn(self, history: Sequence[int]) -> None:
-        """How the last step's lookup proposals fared: the history now holds what the target kept of them."""
+    def _learn(self, history: Sequence[int], end: Optional[int] = None) -> None:
+        """How the last step's lookup proposals fared: the history now holds what the target kept of them (and
+        ``end``, the end-of-generation token after it, when the generation ended so)."""
         last, self._last = self._last, []
         for start, proposed, begin, match_len in last:
             if len(history) <= start:
                 continue  # a new generation: nothing was verified
+            seen = list(history[start:]) + ([end] if end is not None else [])
             kept = 0
-            for tok, seen in zip(proposed, history[start:]):
-                if tok != seen:
+            for tok, was in zip(proposed, seen):
+                if tok != was:
                     break
                 kept += 1
             if kept < begin:
                 continue  # a draft-model token before lookup's was rejected: lookup's were never judged
-            if kept == len(proposed) and len(history) - start <= kept:
-                continue  # the generation ended inside the proposal: not judged past what was emitted
+            if kept == len(seen) < len(proposed):
+                continue  # the generation stopped inside the proposal (its token limit): the rest was not judged
             self.acceptance.record(match_len, len(proposed) - begin, kept - begin)
 
     def memory(self) -> int:

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from app.engine.draftlen import FORGET_ALPHA, DraftLength
+from app.engine.duo import DuoProposer
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
 from app.engine.proposers import DraftModelProposer
-from app.engine.mix import BUCKETS, Choice, LookupAcceptance, choose, expected_mixed, hand_over, reading
+from app.engine.mix import BUCKETS, FORGET_L, Choice, LookupAcceptance, choose, expected_mixed, hand_over, reading
 from app.engine.sampling import SamplerSettings
 from app.engine.stats import expected_tokens
+from app.engine.suffix import SuffixIndex
 from app.engine.verify import rejection_sample, sample_from
 from app.lab.prompts import builtin_suite
 
@@ -185,6 +187,34 @@ def test_lookup_acceptance_is_learnt_per_match_length():
         acc.record(2, 4, 4)
     assert acc.alpha(40) < 0.2 and acc.alpha(2) > 0.8
     assert acc.bucket(BUCKETS[-1] + 100) == len(BUCKETS) - 1 and acc.bucket(0) == 0
+
+
+class _EndsAt99:
+    """What the combined drafter asks of its draft model's vocabulary here: which token ends a reply."""
+
+    @staticmethod
+    def is_eog(token: int) -> bool:
+        return token == 99
+
+
+def test_a_lookup_proposal_ends_at_an_end_of_generation_and_counts_as_right_when_the_reply_ended_there():
+    draft = DraftModelProposer.__new__(DraftModelProposer)  # (no model loaded: only its vocabulary is asked)
+    draft.model = _EndsAt99()
+    acc = LookupAcceptance()
+    duo = DuoProposer(draft, SuffixIndex(), acc)
+    prompt = [5, 1, 2, 3, 4, 99, 7, 8, 1, 2, 3]  # the tail 1 2 3 was followed by 4, the end, 7 8 …
+    duo.index.start(prompt)
+    match, ends = duo._through_end(duo.index.longest(8))
+    assert match.tokens == (4, 99) and ends  # nothing after the end is proposed, no draft token may follow
+    b = acc.bucket(match.length)
+    before = acc.accepted[b], acc.trials[b]
+    duo._last = [(len(prompt), match.tokens, 0, match.length)]
+    duo.finish(prompt + [4])  # a token limit stopped the reply after 4: the end was not judged
+    assert (acc.accepted[b], acc.trials[b]) == before
+    duo._last = [(len(prompt), match.tokens, 0, match.length)]
+    duo.finish(prompt + [4], end=99)  # the target ended the reply there: both tokens were right
+    assert acc.accepted[b] == pytest.approx(before[0] * FORGET_L + 2) and acc.trials[b] == pytest.approx(
+        before[1] * FORGET_L + 2)
 
 
 def test_the_controller_learns_only_from_the_draft_models_tokens():
