@@ -175,8 +175,8 @@ def test_draft_proposer_keeps_its_cache_in_sync(smol_pair):
     assert len(d1.tokens) == 4 and smol_pair.draft.cached == history + d1.tokens[:3]
     # the target accepted two tokens and corrected the third
     history2 = history + d1.tokens[:2] + [13]
-    d2 = proposer.propose(history2, 3, sampler, rng, sample=False)
-    assert smol_pair.draft.cached == history2 + d2.tokens[:2]
+    d2 = proposer.propose(history2, 3, sampler, rng, sample=False)  # (it may stop early, after an end of turn)
+    assert d2.tokens and smol_pair.draft.cached == history2 + d2.tokens[:-1]  # the last drafted token is not read
 
 
 def test_greedy_with_a_repetition_penalty_stays_lossless(smol_pair):
