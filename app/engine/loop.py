@@ -1,6 +1,7 @@
 """The decode loop: plain and speculative decoding as one generator of events.
 
-Each step: the proposer drafts up to K tokens; the target decodes ``[last] + draft`` in one ``llama_decode``
+Each step: the proposer drafts up to K tokens (cut after an end-of-generation token: nothing after it can be
+emitted); the target decodes ``[last] + draft`` in one ``llama_decode``
 with logits for those K+1 rows only; a verification rule (``verify.py``) accepts a prefix and supplies the
 next token; the target's KV cache is rolled back past the rejected tokens (checked). Speculation off is the
 same loop with an empty draft, so plain and speculative decoding share every line that could change output.
