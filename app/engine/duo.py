@@ -33,7 +33,7 @@ import numpy as np
 from app.engine.coupled import GumbelNoise
 from app.engine.draftlen import DraftLength, lower_median
 from app.engine.mix import Choice, LookupAcceptance, choose, hand_over, reading
-from app.engine.proposers import Draft, DraftModelProposer
+from app.engine.proposers import Draft, DraftModelProposer, end_of_reply
 from app.engine.sampling import SamplerSettings
 from app.engine.suffix import Match, SuffixIndex
 
@@ -204,7 +204,7 @@ class DuoProposer:
         it was: then no draft token may follow it."""
         if match is None or self._is_eog is None:
             return match, False
-        end = next((i + 1 for i, tok in enumerate(match.tokens) if self._is_eog(tok)), None)
+        end = end_of_reply(match.tokens, self._is_eog)
         return (match, False) if end is None else (replace(match, tokens=match.tokens[:end]), True)
 
     def _choose(self, match, k: int, k_d: int, prices: Optional[Prices], ends: bool = False) -> Choice:

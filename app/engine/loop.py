@@ -28,7 +28,7 @@ from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN,
                                TokenEvent)
 from app.engine.grammar import GrammarSpec, GrammarTrack, MaskedRows, compile_grammar
 from app.engine.logprobs import MAX_TOP, token_logprob
-from app.engine.proposers import Draft, PromptLookupProposer, Proposer
+from app.engine.proposers import Draft, PromptLookupProposer, Proposer, end_of_reply
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats, Summary
 from app.engine.target import Target
@@ -195,7 +195,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         draft = source.propose(tokens, limit, cfg.sampler, rng, sample_draft, **coupling) if limit > 0 else Draft()
         if track is not None:
             draft = _cut(draft, track.cut(draft.tokens))
-        draft = _cut(draft, _through_end(target, draft.tokens))
+        draft = _cut(draft, end_of_reply(draft.tokens, target.is_eog) or len(draft.tokens))
         if k == 0 and spec is not None and length.wake and hasattr(spec, "time_tokens"):
             draft.seconds = spec.time_tokens(tokens, length.wake)  # re-measure the sleeping draft's cost
 
@@ -254,12 +254,6 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     stats.end(length.limit())
     yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps), text="".join(text),
                     tokens=tuple(tokens[len(prompt):]))
-
-
-def _through_end(target: Target, tokens: Sequence[int]) -> int:
-    """How many draft tokens can matter: up to and including the first end-of-generation token (the reply
-    ends there if the target keeps it, so whatever follows would only widen the verify pass)."""
-    return next((i + 1 for i, tok in enumerate(tokens) if target.is_eog(tok)), len(tokens))
 
 
 def _cut(draft: Draft, n: int) -> Draft:

@@ -42,6 +42,12 @@ class Draft:
         return min(n, self.lookup) + max(0, n - (len(self.tokens) - self.tail))
 
 
+def end_of_reply(tokens: Sequence[int], is_eog: Callable[[int], bool]) -> Optional[int]:
+    """How many of ``tokens`` run through the first end-of-generation token (the reply ends there if the target
+    keeps it: nothing after it can be emitted); None without one."""
+    return next((i + 1 for i, tok in enumerate(tokens) if is_eog(tok)), None)
+
+
 class Proposer(Protocol):
     name: str
 
@@ -132,9 +138,10 @@ class DraftModelProposer:
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
                 rng: np.random.Generator, sample: bool, noise: Optional[GumbelNoise] = None,
                 handoff: Optional[Callable[[Sequence[int]], Sequence[int]]] = None, reach: int = 0) -> Draft:
-        """Up to ``k`` tokens drafted one by one, ending after an end-of-generation token. ``handoff``: asked after each drafted token (with those
-        drafted so far) for tokens that should follow them instead of more drafting (prompt lookup taking
-        over, duo.py), up to ``reach`` tokens in all; the first non-empty answer ends the draft with them."""
+        """Up to ``k`` tokens drafted one by one, ending after an end-of-generation token. ``handoff``: asked
+        after each drafted token (with those drafted so far) for tokens that should follow them instead of more
+        drafting (prompt lookup taking over, duo.py), up to ``reach`` tokens in all; the first non-empty answer
+        ends the draft with them."""
         t0 = time.perf_counter()
         draft = Draft(q=[] if sample else None)
         room = self.model.n_ctx - len(history) - 1

@@ -146,7 +146,7 @@ def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenCon
     lookup = oracle.lookup_kept(prompt, output, cfg.k_max)
     draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
     none = [0] * len(output)
-    # auto's draft model reads through its window after a lookup stretch; the draft model alone reads it all
+    # auto's draft model reads through ``window`` after a lookup stretch (None: all of it); alone it reads it all
     mixed = oracle.best_time(lookup, draft, oracle.StepCosts(a, b, t_d, t_s, t_c, window), cfg.k_max)
     single = min(oracle.best_time(lookup, none, oracle.StepCosts(a, b, t_d), cfg.k_max),
                  oracle.best_time(none, draft, oracle.StepCosts(a, b, t_d, t_s, t_c), cfg.k_max))

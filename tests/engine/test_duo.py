@@ -24,6 +24,8 @@ from app.engine.suffix import SuffixIndex
 from app.engine.verify import rejection_sample, sample_from
 from app.lab.prompts import builtin_suite
 
+from support.fake_target import FakeTarget
+
 DRAWS = 20_000
 CHI2_CRIT = {2: 13.816, 3: 16.266, 4: 18.467, 5: 20.515}  # significance 0.001
 
@@ -189,19 +191,9 @@ def test_lookup_acceptance_is_learnt_per_match_length():
     assert acc.bucket(BUCKETS[-1] + 100) == len(BUCKETS) - 1 and acc.bucket(0) == 0
 
 
-class _EndsAt99:
-    """What the combined drafter asks of its draft model's vocabulary here: which token ends a reply."""
-
-    @staticmethod
-    def is_eog(token: int) -> bool:
-        return token == 99
-
-
 def test_a_lookup_proposal_ends_at_an_end_of_generation_and_counts_as_right_when_the_reply_ended_there():
-    draft = DraftModelProposer.__new__(DraftModelProposer)  # (no model loaded: only its vocabulary is asked)
-    draft.model = _EndsAt99()
     acc = LookupAcceptance()
-    duo = DuoProposer(draft, SuffixIndex(), acc)
+    duo = DuoProposer(DraftModelProposer(FakeTarget(vocab=128, eog=99)), SuffixIndex(), acc)  # 99 ends a reply
     prompt = [5, 1, 2, 3, 4, 99, 7, 8, 1, 2, 3]  # the tail 1 2 3 was followed by 4, the end, 7 8 …
     duo.index.start(prompt)
     match, ends = duo._through_end(duo.index.longest(8))

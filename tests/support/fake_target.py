@@ -39,9 +39,7 @@ class FakeTarget:
     def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
         if len(tokens) > self.n_ctx:
             raise ContextFullError(f"{len(tokens)} tokens do not fit in the context of {self.n_ctx}")
-        keep = 0
-        while keep < min(len(self.cached), len(tokens)) and self.cached[keep] == tokens[keep]:
-            keep += 1
+        keep = len(tokens) - self.missing(tokens)
         if need_logits and tokens:
             keep = min(keep, len(tokens) - 1)
         self.rollback(keep)
