@@ -14,6 +14,7 @@ from app.engine.grammar import GrammarError, GrammarSpec, GrammarTrack, compile_
 from app.engine.logprobs import log_softmax
 from app.engine.loop import GenConfig, generate, run
 from app.engine.sampling import SamplerSettings
+from app.testing import gpu_layers
 
 from support.schema_check import validate
 
@@ -120,12 +121,15 @@ def test_logprobs_of_greedy_tokens_are_the_targets_log_softmax(smol_pair):
     events = [e for e in generate(smol_pair.target, prompt, cfg, smol_pair.proposer(cfg))
               if isinstance(e, TokenEvent) and e.token >= 0]
     assert any(e.draft_pos is not None for e in events), "nothing was drafted: the test would prove little"
+    # a verify pass's rows against one-token steps: equal on the CPU to float rounding; a GPU's batched kernels
+    # round differently (0.009 apart on an H100)
+    tol = 2e-3 if gpu_layers() == 0 else 3e-2
     history = list(prompt)
     for e in events:
         smol_pair.target.rollback(0)
         ref = log_softmax(smol_pair.target.sync(history))
         assert e.logprob is not None and e.logprob.token == e.token
-        assert e.logprob.logprob == pytest.approx(ref[e.token], abs=2e-3)
+        assert e.logprob.logprob == pytest.approx(ref[e.token], abs=tol)
         assert e.logprob.top[0].token == e.token  # greedy: the token is the likeliest
         assert [t.token for t in e.logprob.top] == list(np.argsort(-ref, kind="stable")[:5])
         assert [t.logprob for t in e.logprob.top] == pytest.approx(np.sort(ref)[::-1][:5], abs=2e-3)
