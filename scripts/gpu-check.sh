@@ -9,12 +9,13 @@
 # 3. benchmarks the demo pair: `bench --k auto` and `--k 8` on the built-in suite, and both on the prompt of the
 #    llama.cpp reference; the three drafters on the edit prompts; what a verify pass costs (scripts/verify_cost.py,
 #    CUDA graphs off and on); `models fit --place` (the fit estimate against what llama.cpp placed);
-# 4. builds llama.cpp's own llama-speculative-simple and llama-bench from the same vendored source (the
-#    llama-cpp-python sdist) and runs them on the same models and prompt as the reference;
+# 4. compiles llama.cpp's own llama-speculative-simple and llama-bench from the same vendored source (the
+#    llama-cpp-python sdist) against the CUDA build's libraries (seconds; a cmake build of its own if that fails)
+#    and runs them on the same models and prompt as the reference;
 # 5. writes OUT_DIR/summary.md (scripts/gpu_summary.py) beside every JSON file and log.
 #
-# Needs: an NVIDIA GPU with its driver (nvidia-smi), the CUDA toolkit (nvcc), a C++ compiler, cmake for the
-# reference, and the network for the first build and the demo models (or a warm pip cache and data dir).
+# Needs: an NVIDIA GPU with its driver (nvidia-smi), the CUDA toolkit (nvcc), a C++ compiler (cmake only where the
+# reference tools do not compile against the build), and the network for the first build and the demo models (or a warm pip cache and data dir).
 # Environment:
 #   CMAKE_CUDA_ARCHITECTURES / CUDAARCHS   CUDA architecture(s) to build for (default: the GPU's own, from
 #                                          nvidia-smi; e.g. 90 for an H100); CMAKE_ARGS is honoured too
@@ -129,26 +130,45 @@ python3 launcher.py models fit --place "$PAIR" --json > "$OUT/fit-place.json"
 # --- 4. llama.cpp's own tools from the same source, as the reference ---------------------------------------
 if [ -z "$SRC" ]; then
     say "no llama.cpp source (set LLAMA_SDIST to llama_cpp_python-$LLAMA_VERSION.tar.gz): reference skipped"
-elif ! command -v cmake >/dev/null 2>&1; then
-    say "cmake not found: llama.cpp reference skipped"
 else
-    BUILD="$OUT/llama.cpp-build"
-    say "building llama-speculative-simple and llama-bench from $SRC"
-    cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON ${ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$ARCH} \
-        -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > "$OUT/cmake.log" 2>&1
-    cmake --build "$BUILD" -j"$(nproc)" --target llama-speculative-simple llama-bench >> "$OUT/cmake.log" 2>&1
+    # The two tools need no CUDA code of their own: compiled against the CUDA build's libraries that the wheel
+    # installed (its lib/ folder holds llama-common too) they take seconds, where a second CUDA build of
+    # llama.cpp takes as long as the first. A full cmake build is the fallback.
+    BIN="$OUT/llama.cpp-tools"
+    LIBS="$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent.parent / "lib")')"
+    say "compiling llama-bench and llama-speculative-simple from $SRC against $LIBS"
+    mkdir -p "$BIN"
+    INC=(-I"$SRC/include" -I"$SRC/ggml/include" -I"$SRC/common" -I"$SRC/vendor" -I"$SRC/tools/llama-bench")
+    LINK=(-L"$LIBS" -lllama-common -lllama -lggml -lggml-base -lpthread -Wl,--disable-new-dtags,-rpath,"$LIBS")
+    if ! { c++ -O3 -DNDEBUG -std=c++17 "${INC[@]}" "$SRC/tools/llama-bench/main.cpp" \
+               "$SRC/tools/llama-bench/llama-bench.cpp" "${LINK[@]}" -o "$BIN/llama-bench" &&
+           c++ -O3 -DNDEBUG -std=c++17 "${INC[@]}" "$SRC/examples/speculative-simple/speculative-simple.cpp" \
+               "${LINK[@]}" -o "$BIN/llama-speculative-simple"; } > "$OUT/tools-build.log" 2>&1; then
+        BUILD="$OUT/llama.cpp-build"
+        BIN="$BUILD/bin"
+        if command -v cmake >/dev/null 2>&1; then
+            say "that failed (see tools-build.log): building them with cmake from $SRC"
+            cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON ${ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$ARCH} \
+                -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > "$OUT/cmake.log" 2>&1
+            cmake --build "$BUILD" -j"$(nproc)" --target llama-speculative-simple llama-bench >> "$OUT/cmake.log" 2>&1
+        else
+            say "the reference tools did not compile (see tools-build.log) and cmake is not installed: reference skipped"
+        fi
+    fi
+fi
+if [ -n "$SRC" ] && [ -x "$BIN/llama-bench" ]; then
     mapfile -t MODELS < <("$PY" -c 'import sys; sys.path.insert(0, "."); from app.models.provision import ensure_pair
 _, t, d = ensure_pair(sys.argv[1]); print(t); print(d)' "$PAIR" | tail -n 2)
     TARGET="${MODELS[0]}"; DRAFT="${MODELS[1]}"
     for which in target draft; do
         model="$TARGET"; [ "$which" = draft ] && model="$DRAFT"
         say "llama-bench tg128, $which $(basename "$model")"
-        "$BUILD/bin/llama-bench" -m "$model" -ngl 99 -p 0 -n 128 -o json > "$OUT/llama-bench-$which.json" \
+        "$BIN/llama-bench" -m "$model" -ngl 99 -p 0 -n 128 -o json > "$OUT/llama-bench-$which.json" \
             2> "$OUT/llama-bench-$which.log"
     done
     for n in 2 4 8; do
         say "llama-speculative-simple --spec-draft-n-max $n"
-        "$BUILD/bin/llama-speculative-simple" -m "$TARGET" -md "$DRAFT" --spec-type draft-simple \
+        "$BIN/llama-speculative-simple" -m "$TARGET" -md "$DRAFT" --spec-type draft-simple \
             --spec-draft-n-max "$n" -ngl 99 -ngld 99 -p "$PROMPT" -n "$TOKENS" --temp 0 --top-k 1 --seed 42 \
             > "$OUT/llama-spec-n$n.log" 2>&1
     done
