@@ -22,6 +22,7 @@
 #   LLAMA_SDIST       llama_cpp_python-0.3.36.tar.gz (or its unpacked folder); default: pip download
 #   TANDEM_VENV       the CUDA virtual environment (default .venv-cuda)
 #   PAIR              the pair to benchmark (default demo-smollm2); REPEATS (default 3); TOKENS (default 256)
+#   TESTS             the tests to run, as pytest arguments (default: the whole suite), e.g. "tests/engine -x"
 set -euo pipefail
 shopt -s nullglob
 
@@ -103,7 +104,8 @@ PY="$TANDEM_VENV/bin/python"
 # --- 2. the test suite with every layer on the GPU ---------------------------------------------------------
 say "test suite with GPU offload (TANDEM_TEST_GPU_LAYERS=-1)"
 set +e
-TANDEM_TEST_GPU_LAYERS=-1 python3 launcher.py test -- -q -rfE 2>&1 | tee "$OUT/tests.log"
+# shellcheck disable=SC2086  # TESTS is a list of pytest arguments
+TANDEM_TEST_GPU_LAYERS=-1 python3 launcher.py test -- -q -rfE ${TESTS:-} 2>&1 | tee "$OUT/tests.log"
 TESTS_RC=${PIPESTATUS[0]}
 set -e
 

@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     rc = setup.run(argparse.Namespace(pair=None))
     if rc:
         return rc
+    # From the project root pytest searches pyproject's testpaths (tests/) unless test files or folders are
+    # named: `test tests/engine -x` runs that folder only.
     extra = [a for a in args.pytest_args if a != "--"]
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests"), *extra]
-    return subprocess.call(cmd, cwd=ROOT)
+    return subprocess.call([sys.executable, "-m", "pytest", *extra], cwd=ROOT)

@@ -97,6 +97,18 @@ def test_setup_is_instant_on_rerun_and_files_are_verified(smol_paths):
         assert not path.with_name(path.name + ".part").exists()
 
 
+
+def test_the_test_command_runs_only_what_it_is_given(smol_paths):
+    """`launcher.py test tests/...` runs those files alone (scripts/gpu-check.sh's TESTS); without a path, the
+    whole suite (pyproject's testpaths)."""
+    proc = launcher("test", "tests/engine/test_loop_fake.py", "-q", "-p", "no:cacheprovider", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = int(proc.stdout.split(" passed")[0].split()[-1])
+    assert 0 < ran < 50
+    proc = launcher("test", "--co", "-q", "-p", "no:cacheprovider", timeout=300)
+    assert proc.returncode == 0 and int(proc.stdout.split(" tests collected")[0].split()[-1]) > 400
+
+
 def test_a_tampered_file_is_not_trusted(tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + b"\0" * 100)
