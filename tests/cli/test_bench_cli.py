@@ -97,7 +97,6 @@ def test_setup_is_instant_on_rerun_and_files_are_verified(smol_paths):
         assert not path.with_name(path.name + ".part").exists()
 
 
-
 def test_the_test_command_runs_only_what_it_is_given(smol_paths):
     """`launcher.py test tests/...` runs those files alone (scripts/gpu-check.sh's TESTS); without a path, the
     whole suite (pyproject's testpaths)."""

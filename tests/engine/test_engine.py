@@ -33,10 +33,10 @@ def test_greedy_speculative_equals_plain_on_the_suite(smol_pair, proposer, k, ev
         tokens = prompt.tokens(smol_pair)
         plain, _ = _run(smol_pair, tokens, max_tokens=TOKENS, speculative=False)
         spec, stats = _run(smol_pair, tokens, max_tokens=TOKENS, proposer=proposer, k=k)
-        assert_same_greedy(smol_pair, tokens, plain, spec, f"{prompt.id}: speculative output differs from plain ({proposer}, K={k})")
+        assert_same_greedy(smol_pair, tokens, plain, spec,
+                           f"{prompt.id}: speculative output differs from plain ({proposer}, K={k})")
         if proposer == "draft":
             assert stats.drafted > 0
-
 
 
 def test_greedy_outputs_may_part_only_at_a_gpu_s_near_tie():
