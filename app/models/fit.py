@@ -7,8 +7,9 @@ Where the formulas come from:
   ``weights // (n_layers + 1)``.
 * **KV cache** as llama.cpp's ``llama_kv_cache`` allocates it: for every layer, ``cells × n_head_kv ×
   (head_dim_k + head_dim_v)`` elements of the cache type (f16: 2 bytes; q8_0: 34 bytes per 32; q4_0: 18 per
-  32). ``cells`` is the context, except that sliding-window layers (Gemma 2/3) keep only
-  ``min(ctx, window + n_ubatch)`` cells (the SWA cache with ``swa_full`` off). Hybrid models (Qwen3.5/3.6, LFM2)
+  32). ``cells`` is the context, for sliding-window layers (Gemma 2/3) too: llama.cpp's default ``swa_full``
+  keeps a full-size SWA cache, and Tandem loads with that default (its load log says "using full-size SWA
+  cache"); with ``swa_full`` off they would keep ``min(ctx, window + n_ubatch)``. Hybrid models (Qwen3.5/3.6, LFM2)
   have a KV cache in their attention layers only, plus a fixed **recurrent state** per sequence (F32, ``n_embd_r
   + n_embd_s`` per recurrent layer, ``llama_hparams``) kept ``1 + n_rs_seq`` times for rollback
   (``llama_memory_recurrent``); an MTP head adds one context of ``ctx`` cells per NextN layer; a Gemma-4
@@ -119,7 +120,7 @@ class Plan:
         return d
 
 
-def kv_bytes(m: ModelShape, ctx: int, cache_type: str = "f16", n_ubatch: int = 512) -> int:
+def kv_bytes(m: ModelShape, ctx: int, cache_type: str = "f16", n_ubatch: int = 512, swa_full: bool = True) -> int:
     """Bytes of the KV cache at context ``ctx`` (see the module docstring)."""
     num, per = CACHE_TYPE_BYTES[cache_type]
     if m.attn_layers < 0:  # every layer has a KV cache
@@ -129,7 +130,7 @@ def kv_bytes(m: ModelShape, ctx: int, cache_type: str = "f16", n_ubatch: int = 5
     else:  # hybrid: the trunk's attention layers, and the MTP context's NextN layers
         n_kv = m.attn_layers + m.nextn_layers
     swa = min(m.swa_layers, n_kv) if m.swa_window else 0
-    swa_cells = min(ctx, m.swa_window + n_ubatch)
+    swa_cells = ctx if swa_full else min(ctx, m.swa_window + n_ubatch)
     cells = (n_kv - swa) * ctx + swa * swa_cells
     elements = cells * m.n_head_kv * (m.head_dim_k + m.head_dim_v)
     return elements * num // per + m.state_bytes * (1 + RS_SNAPSHOTS)

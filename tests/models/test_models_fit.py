@@ -103,10 +103,13 @@ def test_llama31_8b_pair_by_hand_with_q8_cache(cat):
     assert p.total_bytes == expected and p.fit == "partial" and p.draft_gpu_layers == 17
 
 
-def test_sliding_window_layers_keep_a_short_cache(cat):
+def test_sliding_window_layers_keep_a_full_cache_as_tandem_loads_them(cat):
     t, _ = shapes(cat, "gemma3-27b")
-    # 10 global layers x 32768 cells + 52 SWA layers x (1024 + 512) cells, 16 KV heads x 256 x 2 bytes
-    assert fit.kv_bytes(t, 32768) == (10 * 32768 + 52 * 1536) * 16 * 256 * 2
+    # llama.cpp's default swa_full (what Tandem loads with): all 62 layers x 32768 cells, 16 KV heads x 256 x 2
+    # bytes; seen on demo-gemma3's load log: "using full-size SWA cache", 15 SWA layers x 4096 cells = 60 MiB
+    assert fit.kv_bytes(t, 32768) == 62 * 32768 * 16 * 256 * 2
+    # with swa_full off: 10 global layers x 32768 cells + 52 SWA layers x (1024 + 512) cells
+    assert fit.kv_bytes(t, 32768, swa_full=False) == (10 * 32768 + 52 * 1536) * 16 * 256 * 2
 
 
 def test_labels_and_recommendations(cat):
