@@ -12,7 +12,7 @@ from app.engine import placement
 from app.models import advice, catalog, fit
 from app.models.fit import GIB, Device, Machine
 from app.engine.devices import gpu_offload_supported
-from app.testing import gpu_layers
+from app.testing import gpu_layers, load_options
 
 NO_GPU = Machine(cpu_cores=8, ram_total=64 * GIB, ram_available=64 * GIB)
 GPU_8GB = Machine(cpu_cores=8, ram_total=64 * GIB, ram_available=64 * GIB,
@@ -110,6 +110,24 @@ def test_a_loaded_model_reports_its_placement(smol_pair):
     report = offload.gpu_report(smol_pair.target, smol_pair.draft, None)
     assert (report["backend"] != "CPU") == on_gpu and (report["used_gpu_bytes"] > 0) == on_gpu
     assert report["target"]["layers_placed"] == (31 if on_gpu else 0) and report["draft"]["used_bytes"]["CPU"] > 0
+
+
+
+def test_the_kv_estimate_is_what_llama_cpp_allocates_for_sliding_window_layers(gemma_paths):
+    """Gemma-3's 15 sliding-window layers keep a full-size cache (llama.cpp's default swa_full, as Tandem loads
+    them): the estimate once gave them window + n_ubatch cells, 45 MiB short on the demo target."""
+    from app.engine.backend import Model
+    from app.models import advice, meta
+
+    target = gemma_paths[0]
+    shape = advice.shape_from_meta(target.name, meta.read(target)[0])
+    assert shape.swa_window and shape.swa_layers
+    model = Model(target, load_options(n_ctx=4096))  # KV buffers on whatever device, summed
+    try:
+        kv = sum(n for _, kind, n in model.placement().buffers if kind == "KV")
+    finally:
+        model.close()
+    assert kv == fit.kv_bytes(shape, 4096)
 
 
 def test_pair_load_gives_the_draft_the_target_s_offload(smol_paths):
