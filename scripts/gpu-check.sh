@@ -101,6 +101,18 @@ PY="$TANDEM_VENV/bin/python"
 "$PY" -c 'import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)' ||
     die "the llama-cpp-python in $TANDEM_VENV cannot offload (the CUDA build failed and the launcher fell back to the CPU build; see $OUT/setup.log). Fix the toolkit, delete $TANDEM_VENV and run this again."
 
+# A build can load models by itself and still crash once another C++ extension (numpy, matplotlib) was imported
+# first: on a lent H100 a build of this script's flags died in llama_model_load_from_file (the tokenizer's
+# std::regex, inside llama_vocab::load), which Tandem, its tests and its benchmarks all reach after numpy. A
+# vocabulary-only load after numpy, in a process of its own, shows it in seconds.
+say "checking that a model loads once numpy is imported (a crash there takes every later step with it)"
+if ! "$PY" -c 'import sys, numpy; sys.path.insert(0, "."); from app.models.provision import ensure_pair
+import llama_cpp as L
+_, _, draft = ensure_pair(sys.argv[1]); p = L.llama_model_default_params(); p.vocab_only = True
+sys.exit(0 if L.llama_model_load_from_file(str(draft).encode(), p) else 1)' "$PAIR" > "$OUT/load-check.log" 2>&1; then
+    die "loading $PAIR's draft model crashed or failed once numpy was imported first (see $OUT/load-check.log): this llama-cpp-python build in $TANDEM_VENV cannot run Tandem. Seen once, on a lent H100 with numpy 2.5.2 (a segmentation fault in the tokenizer's std::regex); cause not isolated. Delete $TANDEM_VENV and build again (another compiler or CUDA toolkit)."
+fi
+
 # --- 2. the test suite with every layer on the GPU ---------------------------------------------------------
 say "test suite with GPU offload (TANDEM_TEST_GPU_LAYERS=-1)"
 set +e
