@@ -65,6 +65,7 @@ export TANDEM_VENV="${TANDEM_VENV:-$ROOT/.venv-cuda}"
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader
     nvcc --version | tail -n1
+    echo "CXX=${CXX:-} CC=${CC:-} CUDAHOSTCXX=${CUDAHOSTCXX:-} g++: $(command -v g++ || echo none)"
     echo "CMAKE_ARGS=$CMAKE_ARGS"
     echo "tandem $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), llama-cpp-python $LLAMA_VERSION"
 } > "$OUT/device.txt"
@@ -110,7 +111,7 @@ if ! "$PY" -c 'import sys, numpy; sys.path.insert(0, "."); from app.models.provi
 import llama_cpp as L
 _, _, draft = ensure_pair(sys.argv[1]); p = L.llama_model_default_params(); p.vocab_only = True
 sys.exit(0 if L.llama_model_load_from_file(str(draft).encode(), p) else 1)' "$PAIR" > "$OUT/load-check.log" 2>&1; then
-    die "loading $PAIR's draft model crashed or failed once numpy was imported first (see $OUT/load-check.log): this llama-cpp-python build in $TANDEM_VENV cannot run Tandem. Seen once, on a lent H100 with numpy 2.5.2 (a segmentation fault in the tokenizer's std::regex); cause not isolated. Delete $TANDEM_VENV and build again (another compiler or CUDA toolkit)."
+    die "loading $PAIR's draft model crashed or failed once numpy was imported first (see $OUT/load-check.log): this llama-cpp-python build in $TANDEM_VENV cannot run Tandem. Seen once, on a lent H100 with numpy 2.5.2 (a segmentation fault in the tokenizer's std::regex) where CXX, CC and CUDAHOSTCXX named a GCC under /opt/gcc rather than the system's; see the compilers in $OUT/device.txt. Delete $TANDEM_VENV and build again with the system compiler (CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++)."
 fi
 
 # --- 2. the test suite with every layer on the GPU ---------------------------------------------------------
