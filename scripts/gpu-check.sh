@@ -106,11 +106,15 @@ PY="$TANDEM_VENV/bin/python"
 # first: on a lent H100 a build of this script's flags died in llama_model_load_from_file (the tokenizer's
 # std::regex, inside llama_vocab::load), which Tandem, its tests and its benchmarks all reach after numpy. A
 # vocabulary-only load after numpy, in a process of its own, shows it in seconds.
+mapfile -t MODELS < <("$PY" -c 'import sys; sys.path.insert(0, "."); from app.models.provision import ensure_pair
+_, t, d = ensure_pair(sys.argv[1]); print(t); print(d)' "$PAIR" | tail -n 2)
+[ "${#MODELS[@]}" -eq 2 ] || die "could not find or fetch $PAIR's models (see $OUT/setup.log)"
+TARGET="${MODELS[0]}"; DRAFT="${MODELS[1]}"
 say "checking that a model loads once numpy is imported (a crash there takes every later step with it)"
-if ! "$PY" -c 'import sys, numpy; sys.path.insert(0, "."); from app.models.provision import ensure_pair
+if ! "$PY" -c 'import sys, numpy
 import llama_cpp as L
-_, _, draft = ensure_pair(sys.argv[1]); p = L.llama_model_default_params(); p.vocab_only = True
-sys.exit(0 if L.llama_model_load_from_file(str(draft).encode(), p) else 1)' "$PAIR" > "$OUT/load-check.log" 2>&1; then
+p = L.llama_model_default_params(); p.vocab_only = True
+sys.exit(0 if L.llama_model_load_from_file(sys.argv[1].encode(), p) else 1)' "$DRAFT" > "$OUT/load-check.log" 2>&1; then
     die "loading $PAIR's draft model crashed or failed once numpy was imported first (see $OUT/load-check.log): this llama-cpp-python build in $TANDEM_VENV cannot run Tandem. Seen once, on a lent H100 with numpy 2.5.2 (a segmentation fault in the tokenizer's std::regex) where CXX, CC and CUDAHOSTCXX named a GCC under /opt/gcc rather than the system's; see the compilers in $OUT/device.txt. Delete $TANDEM_VENV and build again with the system compiler (CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++)."
 fi
 
@@ -172,9 +176,6 @@ else
     fi
 fi
 if [ -n "$SRC" ] && [ -x "$BIN/llama-bench" ]; then
-    mapfile -t MODELS < <("$PY" -c 'import sys; sys.path.insert(0, "."); from app.models.provision import ensure_pair
-_, t, d = ensure_pair(sys.argv[1]); print(t); print(d)' "$PAIR" | tail -n 2)
-    TARGET="${MODELS[0]}"; DRAFT="${MODELS[1]}"
     for which in target draft; do
         model="$TARGET"; [ "$which" = draft ] && model="$DRAFT"
         say "llama-bench tg128, $which $(basename "$model")"
