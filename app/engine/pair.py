@@ -15,6 +15,7 @@ from app.engine.assistant import LABEL as ASSISTANT_LABEL, AssistantModel, open_
 from app.engine.backend import ContextFullError, LoadOptions, Model
 from app.engine.chunking import Cancel
 from app.engine.draftlen import DraftLength
+from app.engine.kvshare import KvShare, share_reason
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.mtp import MtpHead, MtpProposer, mtp_reason
@@ -29,6 +30,7 @@ class Pair:
     def __init__(self, target: Model, draft: Optional[Model] = None):
         self.target = target
         self.draft: Optional[Model] = None
+        self.kv_share: Optional[KvShare] = None  # the draft model takes the target's cache (kvshare.py)
         self._mtp: Optional[MtpHead] = None  # the target's own MTP head, made when first asked for
         self._target_vocab = target.vocab_info()
         self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
@@ -74,6 +76,9 @@ class Pair:
                 draft.close()
                 raise
         old, self.draft = self.draft, draft
+        shares = isinstance(draft, Model) and isinstance(self.target, Model) and not isinstance(draft, AssistantModel) \
+            and share_reason(self.target, draft) is None
+        self.kv_share = KvShare(self.target, draft) if shares else None
         self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in ("draft", "auto")}  # other costs
         return old
 
@@ -93,7 +98,7 @@ class Pair:
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
         model = (MtpProposer(self.draft, p_min=p_min) if isinstance(self.draft, AssistantModel)  # type: ignore[arg-type]
-                 else DraftModelProposer(self.draft, p_min=p_min))
+                 else DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share))
         return DuoProposer(model, self.lookup_index, self._lookup_acceptance) if kind == "auto" else model
 
     def mtp_head(self) -> MtpHead:

@@ -18,6 +18,7 @@ import numpy as np
 
 from app.engine.backend import Model
 from app.engine.coupled import GumbelNoise, gumbel_max
+from app.engine.kvshare import KvShare
 from app.engine.sampling import SamplerSettings, distribution, greedy_token, recent_window
 from app.engine.verify import sample_from
 
@@ -82,9 +83,11 @@ class DraftModelProposer:
     name = "draft"
     couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
 
-    def __init__(self, model: Model, p_min: float = 0.0, window: Optional[int] = None):
+    def __init__(self, model: Model, p_min: float = 0.0, window: Optional[int] = None,
+                 share: Optional[KvShare] = None):
         self.model = model
         self.p_min = p_min
+        self.share = share  # the target's cache, copied where that saves reading (kvshare.py)
         self.window: Optional[int] = None
         self.skips: list[tuple[int, int]] = []  # history ranges [a, b) the draft's cache does not hold
         self.use_window(window)
@@ -97,6 +100,8 @@ class DraftModelProposer:
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         self.skips = []
         if warm:
+            if self.share is not None:
+                self.share.offer(prompt[:-1], need_logits=False)
             self.model.sync(prompt[:-1], need_logits=False)
 
     def view(self, history: Sequence[int]) -> list[int]:
@@ -150,7 +155,7 @@ class DraftModelProposer:
             return draft
         ended = getattr(self.model, "is_eog", None)  # (an MTP head has no vocabulary: the loop cuts there)
         view, draft.synced = self._skip(history)
-        logits = self.model.sync(view)
+        logits = self._read(view)
         draft.t_sync = time.perf_counter() - t0 if draft.synced > 1 else 0.0
         recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
         for j in range(k):
@@ -181,9 +186,24 @@ class DraftModelProposer:
                     draft.tail = len(more)
                     break
             if j + 1 < k:
+                t1 = time.perf_counter()
                 logits = self.model.decode([x])[0]
+                if self.share is not None:
+                    self.share.timed_read(0, time.perf_counter() - t1)
         draft.seconds = time.perf_counter() - t0
         return draft
+
+    def _read(self, view: list[int]):
+        """Sync the draft's cache to ``view`` (taking the target's first where that saves reading); the last
+        token's logits."""
+        share = self.share if not self.skips else None
+        if share is None:
+            return self.model.sync(view)
+        share.offer(view)
+        n, t0 = max(self.model.missing(view), 1), time.perf_counter()
+        logits = self.model.sync(view)
+        share.timed_read(n, time.perf_counter() - t0)
+        return logits
 
     def time_tokens(self, history: Sequence[int], k: int) -> float:
         """Seconds for ``k`` draft decodes past what the draft's cache holds, then rolled back: the draft's
