@@ -181,6 +181,8 @@ def format_table(r: BenchResult) -> str:
         lines.append(f"auto: {_f(r.lookup_share, '.0%')} of the accepted draft tokens came from prompt lookup, the "
                      f"rest from the draft model; lookup index at most {_f((r.lookup_index_bytes or 0) / 1024, '.0f')}"
                      f" KiB")
+    if r.draft_cache:
+        lines.append(r.draft_cache)
     if r.limit:
         share = _f(r.paused, ".1%" if r.paused is not None and r.paused < 0.01 else ".0%")  # 0.3 %, never "0 %"
         lines.append(f"speculation paused on {share} of target passes; the last pause said: {r.limit}")

@@ -31,6 +31,7 @@ class Pair:
         self.target = target
         self.draft: Optional[Model] = None
         self.kv_share: Optional[KvShare] = None  # the draft model takes the target's cache (kvshare.py)
+        self.kv_share_reason: Optional[str] = "no draft model"  # … or why it cannot
         self._mtp: Optional[MtpHead] = None  # the target's own MTP head, made when first asked for
         self._target_vocab = target.vocab_info()
         self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
@@ -76,9 +77,10 @@ class Pair:
                 draft.close()
                 raise
         old, self.draft = self.draft, draft
-        shares = isinstance(draft, Model) and isinstance(self.target, Model) and not isinstance(draft, AssistantModel) \
-            and share_reason(self.target, draft) is None
-        self.kv_share = KvShare(self.target, draft) if shares else None
+        self.kv_share_reason = "no draft model" if draft is None else (
+            "an assistant drafter (it reads the target's cache as it is)" if isinstance(draft, AssistantModel)
+            else "a target of another kind" if not isinstance(self.target, Model) else share_reason(self.target, draft))
+        self.kv_share = KvShare(self.target, draft) if draft is not None and self.kv_share_reason is None else None
         self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in ("draft", "auto")}  # other costs
         return old
 

@@ -88,6 +88,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
     total, done = len(encoded) * bcfg.repeats * (2 + ref_runs), 0
     per_prompt: list = []
     index_bytes: Optional[int] = None
+    shared_from = shares_so_far(pair)
     for prompt, tokens in encoded:
         plain_runs: list[RunResult] = []
         spec_runs: list[RunResult] = []
@@ -123,7 +124,29 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 row = replace(row, reference_plain_tps=plain,
                               reference_plain_ratio=row.baseline_tps / plain if plain else None)
         per_prompt.append(row)
-    return _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped, index_bytes)
+    result = _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped, index_bytes)
+    return replace(result, draft_cache=draft_cache(pair, spec_cfg, shared_from))
+
+
+def shares_so_far(pair: Pair) -> Optional[tuple[int, int]]:
+    """(copies, tokens saved) of the target's cache the draft model has taken so far (kvshare.py), if it can."""
+    share = pair.kv_share if pair.draft is not None else None
+    return (share.pulls, share.saved) if share is not None else None
+
+
+def draft_cache(pair: Pair, cfg: GenConfig, shared_from: Optional[tuple[int, int]]) -> Optional[str]:
+    """How the draft model came by the history in its cache since ``shared_from`` (:func:`shares_so_far`), for
+    the report; None where ``cfg``'s proposer does not use a draft model."""
+    if pair.draft is None or pair.draft_kind != "draft model" or cfg.proposer not in ("auto", "draft"):
+        return None
+    share = pair.kv_share
+    if share is None or shared_from is None:
+        return f"the draft model read the history itself ({pair.kv_share_reason or 'not asked to share'})"
+    if share.refused:
+        return f"the draft model read the history itself: {share.refused}"
+    pulls, saved = share.pulls - shared_from[0], share.saved - shared_from[1]
+    return (f"the draft model took a copy of the target's KV cache {pulls} times in this run instead of reading "
+            f"{saved} history tokens (one network at two precisions)")
 
 
 def encode(pair: Pair, prompts: Sequence[Prompt]) -> tuple[list[tuple[Prompt, list[int]]], list[dict]]:
@@ -247,6 +270,7 @@ class BenchResult:
     skipped: list = field(default_factory=list)  # prompts past the context: {"id", "category", "error"}
     lookup_share: Optional[float] = None  # of every accepted draft token, the share prompt lookup proposed
     lookup_index_bytes: Optional[int] = None  # proposer auto: the most its lookup index held after a run
+    draft_cache: Optional[str] = None  # how the draft model came by the history: its own reading or the target's cache
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), per_prompt=[p.to_dict() for p in self.per_prompt])

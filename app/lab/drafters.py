@@ -23,7 +23,8 @@ from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import median
 from app.lab import oracle
-from app.lab.bench import BenchResult, RunResult, _aggregate, _prompt_result, encode, measure
+from app.lab.bench import (BenchResult, RunResult, _aggregate, _prompt_result, draft_cache, encode, measure,
+                           shares_so_far)
 from app.lab.prompts import Prompt
 from app.numfmt import fmt
 
@@ -101,6 +102,7 @@ def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, prop
     rows: dict = {p: [] for p in proposers}
     bounds: list = []
     index_bytes: Optional[int] = None
+    shared_from = shares_so_far(pair)
     for prompt, tokens in encoded:
         runs: dict = {m: [] for m in modes}
         for r in range(repeats):
@@ -123,8 +125,8 @@ def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, prop
         bounds.append(hindsight_bound(pair, tokens, runs["plain"][0].tokens, cfgs.get(COMBINED)))
         if partial:
             break
-    results = {p: _aggregate(rows[p], cfgs[p], partial, None, skipped,
-                             index_bytes if p == COMBINED else None) for p in proposers}
+    results = {p: replace(_aggregate(rows[p], cfgs[p], partial, None, skipped, index_bytes if p == COMBINED else None),
+                          draft_cache=draft_cache(pair, cfgs[p], shared_from)) for p in proposers}
     rows_out = [replace(r, bound=b[0], bound_gain=b[1]) for r, b in zip(_compare(results), bounds)]
     return DrafterComparison(results=results, rows=rows_out, partial=partial)
 

@@ -35,7 +35,8 @@ SUMMARY = {  # Stats.summary(8.0) of STEPS as the untyped implementation returne
 BENCH_KEYS = ["baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted", "alpha", "identical",
               "mismatches", "c", "v", "bound", "efficiency", "paused", "limit", "k", "mean_k", "per_position",
               "histogram", "proposer", "temperature", "max_tokens", "partial", "reference", "per_prompt", "skipped",
-              "lookup_share", "lookup_index_bytes"]  # the last two added since (two drafters at once)
+              "lookup_share", "lookup_index_bytes",  # added since (two drafters at once) …
+              "draft_cache"]  # … and how the draft model came by the history (kvshare.py)
 ROW_KEYS = ["id", "category", "prompt", "baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted",
             "alpha", "mean_k", "per_position", "histogram", "c", "v", "bound", "identical", "mismatch", "paused",
             "limit", "tokens", "plain_runs", "spec_runs", "lookup_share"]
@@ -138,7 +139,7 @@ def test_bench_result_to_dict_is_the_bench_json_contract():
         "paused": 0.2727272727272727, "limit": "drafting cannot pay here", "k": "auto", "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 4, 4], "proposer": "draft", "temperature": 0.0,
         "max_tokens": 8, "partial": False, "reference": None, "skipped": skipped, "lookup_share": 0.0,
-        "lookup_index_bytes": None}
+        "lookup_index_bytes": None, "draft_cache": None}
     assert out["per_prompt"][1] == {
         "id": "p2", "category": "chat", "prompt": "hi", "baseline_tps": 8.0, "spec_tps": 16.0, "speedup": 2.0,
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.0, "alpha": 0.8333333333333334, "mean_k": 3.5,
