@@ -10,8 +10,8 @@ two models share the network's shape (architecture, layers, width, attention hea
 network at another precision), their caches have the same layout and nearly the same contents, so the draft
 takes a copy of the target's sequence (``llama_state_seq_get_data`` → ``llama_state_seq_set_data``, about 5 µs
 per cached token) and reads only what the target has not (the pending token, and a lookup proposal it drafts
-past). On the demo pair's edit prompts the draft model's greedy runs of agreement with the target were the same
-with the target's cache as with its own (13.5 tokens, at most 16; ``scripts/draft_context.py --shared``).
+past). On the demo pair's edit prompts the draft model's greedy runs of agreement with the target were much the
+same with the target's cache as with its own (12.5 and 12.9 tokens, at most 16: ``scripts/draft_context.py``).
 
 It changes only what the draft model conditions on, never what is emitted: the target verifies every token
 as before, and ``q`` is still the distribution each draft token was drawn from. A copy is taken only when it
