@@ -124,8 +124,8 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 row = replace(row, reference_plain_tps=plain,
                               reference_plain_ratio=row.baseline_tps / plain if plain else None)
         per_prompt.append(row)
-    result = _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped, index_bytes)
-    return replace(result, draft_cache=draft_cache(pair, spec_cfg, shared_from))
+    out = _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped, index_bytes)
+    return replace(out, draft_cache=draft_cache(pair, spec_cfg, shared_from))
 
 
 def shares_so_far(pair: Pair) -> Optional[tuple[int, int]]:
