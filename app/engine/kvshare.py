@@ -33,11 +33,11 @@ from typing import Optional, Sequence
 
 import llama_cpp as L
 
-from app.engine.backend import Model, _common_prefix
+from app.engine.backend import Model
 from app.engine.draftlen import lower_median
 from app.engine.llamalog import quiet_logs
 
-READ_PRIOR = 0.5  # before a batched read was timed: a token read costs this share of a drafted one (measured 0.47)
+READ_PRIOR = 0.5  # before a batched read was timed: a token of a batch costs this share of one read alone (measured 0.47)
 
 
 def share_reason(target: Model, draft: Model) -> Optional[str]:
@@ -67,7 +67,7 @@ class KvShare:
         self._buf: Optional[ctypes.Array] = None
         self.copy_s: deque = deque(maxlen=8)  # seconds per cached token copied
         self.read_s: deque = deque(maxlen=8)  # seconds per token the draft model read in a batch of 2 or more
-        self.step_s: deque = deque(maxlen=8)  # seconds per token it drafted (one at a time)
+        self.step_s: deque = deque(maxlen=8)  # seconds it took to read one token alone (a drafting step's cost)
         self.pulls = 0
         self.saved = 0  # history tokens the draft model did not have to read
 
@@ -87,8 +87,8 @@ class KvShare:
         model then holds what the target holds, and its sync reads only the rest (and rolls back whatever the
         target holds past ``view``)."""
         last = len(view) - 1 if need_logits else len(view)  # sync re-reads the last token for its logits
-        has = min(_common_prefix(self.target.cached, view), last)
-        saved = has - min(_common_prefix(self.draft.cached, view), last)
+        has = min(len(view) - self.target.missing(view), last)
+        saved = has - min(len(view) - self.draft.missing(view), last)
         if not self.worth(saved, len(self.target.cached)):
             return False
         return self.pull(saved)
@@ -116,8 +116,5 @@ class KvShare:
         return True
 
     def timed_read(self, n: int, seconds: float) -> None:
-        """The draft model read ``n`` tokens in one batch (or, ``n`` = 0, drafted one) in ``seconds``."""
-        if n == 0:
-            self.step_s.append(seconds)
-        elif n >= 2:
-            self.read_s.append(seconds / n)
+        """The draft model read ``n`` tokens in one batch in ``seconds``."""
+        (self.step_s if n == 1 else self.read_s).append(seconds / n)

@@ -130,7 +130,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
 
 def shares_so_far(pair: Pair) -> Optional[tuple[int, int]]:
     """(copies, tokens saved) of the target's cache the draft model has taken so far (kvshare.py), if it can."""
-    share = pair.kv_share if pair.draft is not None else None
+    share = pair.kv_share  # (None without a draft model)
     return (share.pulls, share.saved) if share is not None else None
 
 

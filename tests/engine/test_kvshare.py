@@ -77,7 +77,7 @@ def test_a_copy_is_taken_only_where_it_costs_less_than_the_reading_it_saves():
     assert share.worth(1, 10_000)  # nothing timed yet: try it, and time it
     assert not share.worth(0, 10)  # nothing to save
     share.copy_s.extend([5e-6] * 3)  # 5 µs a cached token
-    share.step_s.extend([0.009] * 3)  # 9 ms a drafted token: a token read is priced at half of it
+    share.step_s.extend([0.009] * 3)  # 9 ms to read one token alone: one of a batch is priced at half of it
     assert share.worth(1, 500)  # 2.5 ms to copy against 4.5 ms to read one
     assert not share.worth(1, 2000)  # 10 ms against 4.5
     assert share.worth(3, 2000)  # against 13.5
