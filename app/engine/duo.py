@@ -40,6 +40,10 @@ from app.engine.suffix import Match, SuffixIndex
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
 STEADY_PRIOR = 1.5  # … and reading two costs this many draft tokens (a 2-token batch: measured 1.7)
+# Where the draft model takes a copy of the target's cache (kvshare.py), a catch-up of any length is the copy
+# (about 5 µs a cached token) and one token read, as after a fully kept draft: reading two costs about one draft
+# token (measured 8.5–9.2 ms against 8–9 ms a draft token on the demo pair) and each further one nothing.
+SHARED_STEADY_PRIOR = 1.0
 # After a lookup stretch the draft model reads all that it has not seen (None). Reading only the last 8 tokens
 # and skipping the rest (``DraftModelProposer.use_window``) was cheaper, but a hole in its context makes it guess
 # far worse (on the demo pair's edit prompts its greedy runs of agreement fell from 12.9 tokens to 3.8:
@@ -56,7 +60,8 @@ class ReadCosts:
     its runs between lookup stretches lasted (mix.choose's ``runs``), kept per draft model (``read_costs``), so
     a generation starts from what the earlier ones measured."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: bool = False) -> None:
+        self.shared = shared  # the draft model takes the target's cache: the priors of a copy (SHARED_STEADY_PRIOR)
         self.steady: deque = deque(maxlen=8)  # recent seconds the draft model took to read 2 unseen tokens
         self.catch: deque = deque(maxlen=8)  # … and per further token read in a longer catch-up
         self.runs: deque = deque(maxlen=8)  # how many steps in a row the draft model drafted, run by run
@@ -64,18 +69,27 @@ class ReadCosts:
     def reading(self, t_d: float) -> tuple[float, float]:
         """(``t_s``, ``t_c``): the lower medians of what was timed, else the priors' shares of a draft token."""
         t_s, t_c = lower_median(self.steady), lower_median(self.catch)
-        return (t_s if t_s is not None else STEADY_PRIOR * t_d, t_c if t_c is not None else CATCH_PRIOR * t_d)
+        if t_s is None:
+            t_s = (SHARED_STEADY_PRIOR if self.shared else STEADY_PRIOR) * t_d
+        return t_s, t_c if t_c is not None else 0.0 if self.shared else CATCH_PRIOR * t_d
 
 
 _READ_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def read_costs(model) -> ReadCosts:
-    """The reading costs measured for this loaded draft model (forgotten with it)."""
+def read_costs(model, shared: bool = False) -> ReadCosts:
+    """The reading costs measured for this loaded draft model (forgotten with it), apart while it takes the
+    target's cache (``shared``) and while it reads for itself: a refused copy must not be priced as one."""
     try:
-        return _READ_COSTS.setdefault(model, ReadCosts())
+        return _READ_COSTS.setdefault(model, {}).setdefault(shared, ReadCosts(shared))
     except TypeError:  # not weakly referable: costs for this generation only
-        return ReadCosts()
+        return ReadCosts(shared)
+
+
+def shares(draft) -> bool:
+    """Whether ``draft`` (a proposer) takes the target's cache: a share llama.cpp has not refused."""
+    share = getattr(draft, "share", None)
+    return share is not None and share.refused is None
 
 
 @dataclass(frozen=True)
@@ -104,7 +118,7 @@ class DuoProposer:
     def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
                  costs: Optional[ReadCosts] = None):
         self.draft, self.index, self.acceptance = draft, index, acceptance
-        self.costs = costs or read_costs(getattr(draft, "model", None))
+        self.costs = costs or read_costs(getattr(draft, "model", None), shares(draft))
         if isinstance(draft, DraftModelProposer):
             draft.use_window(CATCH_WINDOW)
         self.length: Optional[DraftLength] = None

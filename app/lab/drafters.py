@@ -144,7 +144,7 @@ def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenCon
         return None, None
     a, b = length.verify_line()
     t_d = length.t_d or 0.0
-    t_s, t_c = read_costs(pair.draft).reading(t_d)
+    t_s, t_c = read_costs(pair.draft, pair.kv_share is not None and pair.kv_share.refused is None).reading(t_d)
     lookup = oracle.lookup_kept(prompt, output, cfg.k_max)
     draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
     none = [0] * len(output)

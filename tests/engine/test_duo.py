@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.engine.draftlen import FORGET_ALPHA, DraftLength
-from app.engine.duo import DuoProposer
+from app.engine.duo import CATCH_PRIOR, STEADY_PRIOR, DuoProposer, ReadCosts, read_costs, shares
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
 from app.engine.proposers import DraftModelProposer
@@ -170,6 +170,29 @@ def test_a_return_to_the_draft_model_is_charged_its_catch_up_shared_over_the_ste
         regret += spared.regret
         steps += 1
     assert steps == math.ceil(catch_up / spared.regret)
+
+
+def test_a_draft_model_that_takes_the_targets_cache_is_priced_so_before_any_catch_up_was_timed():
+    """Its catch-up is a copy and one token read however long the stretch (kvshare.py): before one was timed the
+    priors say so, so the first reply returns to it after a lookup stretch at once (with the reading priors it
+    took about 55 plain steps there, the regret's way back: edit-hints' first run)."""
+    t_d, a, b = 0.0085, 0.018, 0.0025
+    own, shared = ReadCosts(), ReadCosts(shared=True)
+    assert own.reading(t_d) == pytest.approx((STEADY_PRIOR * t_d, CATCH_PRIOR * t_d))
+    assert shared.reading(t_d) == pytest.approx((t_d, 0.0))
+    common = dict(alpha_l=0.0, n_avail=0, k_d=8, alpha_d=0.99, t_d=t_d, can_extend=False, k_max=16, pending=40)
+    assert choose(a, b, **common, t_s=own.reading(t_d)[0], t_c=own.reading(t_d)[1]).draft == 0
+    assert choose(a, b, **common, t_s=shared.reading(t_d)[0], t_c=shared.reading(t_d)[1]).draft == 8
+    shared.catch.append(0.004)  # what was timed wins over the prior
+    assert shared.reading(t_d)[1] == 0.004
+
+
+def test_reading_costs_are_kept_apart_for_a_shared_cache_and_the_draft_models_own(smol_pair):
+    """A copy llama.cpp refused leaves the draft model reading for itself: it must not be priced as a copy."""
+    proposer = smol_pair.proposer(GenConfig(proposer="auto"))
+    assert smol_pair.kv_share is not None and shares(proposer.draft)
+    assert proposer.costs is read_costs(smol_pair.draft, True) is not read_costs(smol_pair.draft, False)
+    assert read_costs(smol_pair.draft, True).shared and not read_costs(smol_pair.draft, False).shared
 
 
 def test_a_bucket_tried_little_is_read_optimistically():
