@@ -114,6 +114,7 @@ class DuoProposer:
     name = "auto"
     couples = True  # the draft model's tokens sample with the coupled rule's noise; lookup's are deterministic
     mixes = True  # the loop hands it the draft limit; it reads the controller's K for the draft model itself
+    text_bound = True  # a pause on acceptance is re-tested at each generation's start (loop.py)
 
     def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
                  costs: Optional[ReadCosts] = None):
@@ -131,11 +132,9 @@ class DuoProposer:
         self._is_eog = getattr(getattr(draft, "model", None), "is_eog", None)  # (None: the loop cuts there)
 
     def bind(self, length: DraftLength) -> None:
-        """The draft-length controller of this generation. A pause on the draft model's acceptance is re-tested
-        at its start: that acceptance was measured on another text, and (with a window, ``CATCH_WINDOW``) with
-        holes in the draft model's context, which a new generation starts without."""
+        """The draft-length controller of this generation (the loop re-tests a pause on the draft model's
+        acceptance at its start, ``text_bound``: that acceptance was measured on another text)."""
         self.length = length
-        length.retest()
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         self.draft.begin(prompt, warm)
