@@ -15,6 +15,8 @@ from app.engine.loop import GenConfig, run
 from app.engine.sampling import SamplerSettings
 from app.engine.verify import rejection_sample, sample_from
 
+from support.coupled import parted
+
 DRAWS = 20_000
 CHI2_CRIT = {2: 13.816, 3: 16.266, 4: 18.467, 5: 20.515}  # significance 0.001
 
@@ -109,4 +111,6 @@ def test_a_seed_holds_with_speculation_off_fixed_k_auto_k_and_prompt_lookup(smol
             smol_pair.reset()
             tokens, _ = run(smol_pair.target, prompt, cfg, smol_pair.proposer(cfg), length=smol_pair.draft_length(cfg))
             texts.append(tokens)
-        assert texts[0] == texts[1] == texts[2] == texts[3], f"seed {seed}: {texts}"
+        for text in texts[1:]:  # the same text (or parted at a near-tie of two perturbed scores: support/coupled.py)
+            why = parted(smol_pair, prompt, texts[0], text, sampler)
+            assert why is None, f"seed {seed}: {why}: {texts}"
