@@ -90,6 +90,7 @@ class DraftLength:
         self.gap, self.since_probe = GAP_MIN, 0
         self.probing = False
         self.evidence = 0  # quiet probes that confirmed the current pause
+        self.retest_left = 0  # tokens a re-test (retest) still wants judged before the gaps between probes resume
         self.age = 0  # steps since the costs were last measured by a probe
         self._ratios: deque = deque(maxlen=3)  # recent passes: measured time / predicted time
         self._busy = self._quiet = 0  # consecutive passes far slower / faster than predicted
@@ -206,8 +207,8 @@ class DraftLength:
         hiccup = self._busy > 0  # (a busy pass says nothing about this pair's costs until it lasts)
         if not hiccup:  # once the fit stands, one slow pass (a page fault) must not move it far
             self._add_pass(n, min(t_verify, OUTLIER * predicted) if predicted and self._wm > 0 else t_verify)
+        judged = min(accepted + 1, drafted)
         if drafted and not self.free_probe:  # a free probe says nothing about the draft model
-            judged = min(accepted + 1, drafted)
             self.accepted = self.accepted * FORGET_ALPHA + accepted
             self.trials = self.trials * FORGET_ALPHA + judged
         per_token = (t_draft - t_sync) / (drafted or woke) if (drafted and not self.free_probe) or woke else 0.0
@@ -226,6 +227,10 @@ class DraftLength:
         if probed:
             self.age = 0
         self._choose(probed)
+        if probed and self.retest_left > 0:
+            self.retest_left -= judged
+            if self.paused and self.retest_left > 0:
+                self._probe("acceptance")  # the re-test has not judged enough of this text yet: probe again
 
     def _predict(self, n: int) -> Optional[float]:
         if self._w1 == 0 and self._wm == 0:
@@ -317,11 +322,14 @@ class DraftLength:
         if self.auto and self.paused and self.measured() and (self.evidence < CONFIRM or self.age > STALE):
             self._probe("acceptance")  # with the real draft, warmed with the prompt (untimed)
 
-    def retest(self) -> None:
+    def retest(self, tokens: int = 1) -> None:
         """Re-test a pause on acceptance at the next step (with the real draft), however often probes have
-        confirmed it: for a drafter whose acceptance was measured in conditions that a new text resets."""
+        confirmed it: for a drafter whose acceptance was measured in conditions that a new text resets. The
+        re-test probes step after step until ``tokens`` draft tokens were judged or drafting resumes (one
+        probe judges a single token where its first is wrong: a free drafter can afford a few)."""
         if self.auto and self.paused and self.measured() and not self.probing and self.culprit() == "acceptance":
             self._probe("acceptance")
+            self.retest_left = tokens
 
     # --- explaining -------------------------------------------------------------------------------------
 

@@ -114,7 +114,8 @@ class DuoProposer:
     name = "auto"
     couples = True  # the draft model's tokens sample with the coupled rule's noise; lookup's are deterministic
     mixes = True  # the loop hands it the draft limit; it reads the controller's K for the draft model itself
-    text_bound = True  # a pause on acceptance is re-tested at each generation's start (loop.py)
+    retest_tokens = 1  # a pause on acceptance is re-tested at each generation's start (loop.py), by one probe
+    # (each drafts with the draft model)
 
     def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
                  costs: Optional[ReadCosts] = None):
@@ -133,7 +134,7 @@ class DuoProposer:
 
     def bind(self, length: DraftLength) -> None:
         """The draft-length controller of this generation (the loop re-tests a pause on the draft model's
-        acceptance at its start, ``text_bound``: that acceptance was measured on another text)."""
+        acceptance at its start, ``retest_tokens``: that acceptance was measured on another text)."""
         self.length = length
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:

@@ -6,7 +6,8 @@ means a deterministic proposal, ``q = onehot``). It keeps whatever cache it has 
 itself, so the decode loop never has to know what kind of proposer it drives. New kinds (cross-tokenizer,
 tree) implement the same three methods. A proposer that sets ``couples = True`` also takes ``noise`` (the
 coupled rule's Gumbel noise, coupled.py) and samples with it; the others' proposals count as deterministic. One
-that sets ``text_bound = True`` has a pause on its acceptance re-tested at the start of every generation.
+with ``retest_tokens`` has a pause on its acceptance re-tested at the start of every generation, until that many
+of its tokens were judged (``DraftLength.retest``).
 """
 
 from __future__ import annotations
@@ -228,9 +229,11 @@ class PromptLookupProposer:
     median 1.13x with n = 1..3 against 1.18x with n = 2..3), so the shortest match is a bigram."""
 
     name = "lookup"
-    # A pause on its acceptance is re-tested at each generation's start (loop.py): acceptance belongs to the text
-    # (an edit request copies, a question does not), and a probe costs nothing to propose.
-    text_bound = True
+    # A pause on its acceptance is re-tested at each generation's start (loop.py) until this many of its tokens
+    # were judged: acceptance belongs to the text (an edit request copies, a question does not), and a probe
+    # costs nothing to propose, only its verify slots (the reply's first proposal is often one token after a
+    # code fence, which fails: one probe alone left lookup paused on a reply that copies).
+    retest_tokens = 8
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram

@@ -161,6 +161,29 @@ def test_a_retest_probes_a_confirmed_pause_on_acceptance_and_leaves_a_pause_on_c
     assert not length.probing and length.k == 0
 
 
+def test_a_retest_for_a_free_drafter_probes_until_enough_tokens_were_judged():
+    """One probe judges a single token where its first is wrong; a re-test that asks for 8 keeps probing, step
+    after step, until 8 were judged (or drafting resumes), then the pause's gaps resume."""
+    sim = Sim(0.25, t_draft=0.4, a=1.0, b=0.1)  # paused on acceptance
+    length = sim.run(auto(), 300)
+    assert length.paused and length.culprit() == "acceptance" and length.evidence >= 2
+    length.begin()
+    length.retest(8)
+    probes = 0
+    while length.probing:
+        judged_before = length.retest_left
+        sim.alpha = 0.0  # every first token wrong: a probe judges one token
+        sim.run(length, 1)
+        probes += 1
+        assert length.retest_left == judged_before - 1
+    assert probes == 8 and length.paused and length.retest_left == 0
+    length.begin()
+    length.retest(8)
+    sim.alpha = 0.95  # a text that copies: the re-test resumes drafting
+    sim.run(length, 8)
+    assert not length.paused and length.k > 0
+
+
 def test_bound_formula():
     assert leviathan_bound(1.0, 4, 0.0, 1.0) == 5.0
     assert abs(expected_tokens(0.5, 1) - 1.5) < 1e-12
