@@ -155,8 +155,9 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
         noise = GumbelNoise(seed)
     length = length or DraftLength(cfg.k, cfg.k_max)
     length.begin()
-    if getattr(spec, "retest_tokens", 0):  # its acceptance was measured on another text: a pause on it is re-tested
-        length.retest(spec.retest_tokens)
+    retest = getattr(spec, "retest_tokens", 0)
+    if retest:  # its acceptance was measured on another text: a pause on it is re-tested
+        length.retest(retest)
     mixes = spec is not None and getattr(spec, "mixes", False)  # the proposer chooses its drafter per step
     mixer: Any = spec  # a mixing proposer (duo.py) has bind() and finish() besides the protocol
     if mixes:
