@@ -32,6 +32,7 @@ import numpy as np
 
 from app.engine.coupled import GumbelNoise
 from app.engine.draftlen import DraftLength, lower_median
+from app.engine.kvshare import in_use
 from app.engine.mix import Choice, LookupAcceptance, choose, hand_over, reading
 from app.engine.proposers import Draft, DraftModelProposer, end_of_reply
 from app.engine.sampling import SamplerSettings
@@ -62,6 +63,7 @@ class ReadCosts:
 
     def __init__(self, shared: bool = False) -> None:
         self.shared = shared  # the draft model takes the target's cache: the priors of a copy (SHARED_STEADY_PRIOR)
+        self.priors = (SHARED_STEADY_PRIOR, 0.0) if shared else (STEADY_PRIOR, CATCH_PRIOR)  # shares of t_d
         self.steady: deque = deque(maxlen=8)  # recent seconds the draft model took to read 2 unseen tokens
         self.catch: deque = deque(maxlen=8)  # … and per further token read in a longer catch-up
         self.runs: deque = deque(maxlen=8)  # how many steps in a row the draft model drafted, run by run
@@ -69,9 +71,7 @@ class ReadCosts:
     def reading(self, t_d: float) -> tuple[float, float]:
         """(``t_s``, ``t_c``): the lower medians of what was timed, else the priors' shares of a draft token."""
         t_s, t_c = lower_median(self.steady), lower_median(self.catch)
-        if t_s is None:
-            t_s = (SHARED_STEADY_PRIOR if self.shared else STEADY_PRIOR) * t_d
-        return t_s, t_c if t_c is not None else 0.0 if self.shared else CATCH_PRIOR * t_d
+        return (t_s if t_s is not None else self.priors[0] * t_d, t_c if t_c is not None else self.priors[1] * t_d)
 
 
 _READ_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -84,12 +84,6 @@ def read_costs(model, shared: bool = False) -> ReadCosts:
         return _READ_COSTS.setdefault(model, {}).setdefault(shared, ReadCosts(shared))
     except TypeError:  # not weakly referable: costs for this generation only
         return ReadCosts(shared)
-
-
-def shares(draft) -> bool:
-    """Whether ``draft`` (a proposer) takes the target's cache: a share llama.cpp has not refused."""
-    share = getattr(draft, "share", None)
-    return share is not None and share.refused is None
 
 
 @dataclass(frozen=True)
@@ -120,7 +114,7 @@ class DuoProposer:
     def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
                  costs: Optional[ReadCosts] = None):
         self.draft, self.index, self.acceptance = draft, index, acceptance
-        self.costs = costs or read_costs(getattr(draft, "model", None), shares(draft))
+        self.costs = costs or read_costs(getattr(draft, "model", None), in_use(getattr(draft, "share", None)))
         if isinstance(draft, DraftModelProposer):
             draft.use_window(CATCH_WINDOW)
         self.length: Optional[DraftLength] = None

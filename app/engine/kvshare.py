@@ -58,6 +58,11 @@ def share_reason(target: Model, draft: Model) -> Optional[str]:
     return None
 
 
+def in_use(share: Optional["KvShare"]) -> bool:
+    """Whether a draft model with ``share`` takes the target's cache: one llama.cpp has not refused."""
+    return share is not None and share.refused is None
+
+
 class KvShare:
     """The draft model's copies of the target's cache (``pull``), taken when worth it (``offer``)."""
 

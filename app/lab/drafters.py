@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from app.engine.duo import CATCH_WINDOW, read_costs
+from app.engine.kvshare import in_use
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import median
@@ -144,7 +145,7 @@ def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenCon
         return None, None
     a, b = length.verify_line()
     t_d = length.t_d or 0.0
-    t_s, t_c = read_costs(pair.draft, pair.kv_share is not None and pair.kv_share.refused is None).reading(t_d)
+    t_s, t_c = read_costs(pair.draft, in_use(pair.kv_share)).reading(t_d)
     lookup = oracle.lookup_kept(prompt, output, cfg.k_max)
     draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
     none = [0] * len(output)

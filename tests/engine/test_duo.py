@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from app.engine.draftlen import FORGET_ALPHA, DraftLength
-from app.engine.duo import CATCH_PRIOR, STEADY_PRIOR, DuoProposer, ReadCosts, read_costs, shares
+from app.engine.duo import CATCH_PRIOR, STEADY_PRIOR, DuoProposer, ReadCosts, read_costs
+from app.engine.kvshare import in_use
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
 from app.engine.proposers import DraftModelProposer
@@ -190,7 +191,7 @@ def test_a_draft_model_that_takes_the_targets_cache_is_priced_so_before_any_catc
 def test_reading_costs_are_kept_apart_for_a_shared_cache_and_the_draft_models_own(smol_pair):
     """A copy llama.cpp refused leaves the draft model reading for itself: it must not be priced as a copy."""
     proposer = smol_pair.proposer(GenConfig(proposer="auto"))
-    assert smol_pair.kv_share is not None and shares(proposer.draft)
+    assert in_use(smol_pair.kv_share) and proposer.draft.share is smol_pair.kv_share
     assert proposer.costs is read_costs(smol_pair.draft, True) is not read_costs(smol_pair.draft, False)
     assert read_costs(smol_pair.draft, True).shared and not read_costs(smol_pair.draft, False).shared
 
