@@ -13,6 +13,9 @@ to lookup when that is worth more than drafting on (``mix.hand_over``): one veri
 and the copy after it. Which lookup tokens follow is a function of the tokens before them, so they too are
 deterministic proposals (``Draft.tail`` says which).
 
+Where the reply broke off a copy and rejoined it (a renamed variable), what it wrote instead is learnt for the
+rest of the reply and lookup's later continuations of that source are rewritten with it (``rewrite.py``).
+
 The draft-length controller (``draftlen.DraftLength``) still owns the draft model's K, its pauses and probes;
 this proposer reads it (``bind``) and follows it while it probes or has not measured yet. Lookup steps report
 their verify passes to the controller (the verify cost fit learns from them) but not as the draft's
@@ -35,6 +38,7 @@ from app.engine.draftlen import DraftLength, lower_median
 from app.engine.kvshare import in_use
 from app.engine.mix import Choice, LookupAcceptance, choose, hand_over, reading
 from app.engine.proposers import Draft, DraftModelProposer, end_of_reply
+from app.engine.rewrite import Rewrites
 from app.engine.sampling import SamplerSettings
 from app.engine.suffix import Match, SuffixIndex
 
@@ -121,6 +125,7 @@ class DuoProposer:
         # the last step's lookup proposals: (history length, tokens proposed from there, where lookup's begin,
         # match length), a lookup prefix and a handoff's tail (judged only if what came before them was kept)
         self._last: list[tuple] = []
+        self.rewrites = Rewrites()  # what this reply replaced where it broke off a copy (rewrite.py)
         self.last_choice = Choice()
         self._run = 0  # steps in a row the draft model drafted, so far
         self._regret = 0.0  # seconds the plain steps since it last drafted lost against it (mix.choose)
@@ -136,6 +141,7 @@ class DuoProposer:
         self.index.start(prompt)
         self._last = []
         self._run, self._regret = 0, 0.0
+        self.rewrites.reset()
 
     def time_tokens(self, history: Sequence[int], k: int) -> float:
         return self.draft.time_tokens(history, k)
@@ -153,9 +159,12 @@ class DuoProposer:
         prices = None  # (a fixed K: nothing to weigh)
         if led:
             choice = Choice(draft=k_d)  # do as it says
-            match = None
+            match, src = None, ()
         else:
             match, ends = self._through_end(self.index.longest(k))
+            if match is not None:
+                self.rewrites.realign(self.index.span, history, match.start, match.length)
+            match, src = self._rewritten(match, k)
             if match is None and k_d == 0:
                 choice = Choice()  # nothing to weigh against a plain step: skip reading the prices (each step)
             else:
@@ -173,7 +182,7 @@ class DuoProposer:
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
                     lookup=len(lookup))
         if lookup:
-            self._last.append((len(history), tuple(lookup), 0, match.length))
+            self._last.append((len(history), tuple(lookup), 0, match.length, src))
         if choice.draft > 0:
             handoff = self._handoff(prices, len(history), lookup, choice.draft, k) if prices is not None else None
             d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise,
@@ -237,14 +246,23 @@ class DuoProposer:
             match = self._through_end(self.index.longest(k - len(lookup) - j, after=lookup + list(drafted)))[0]
             if match is None:
                 return ()
+            match, src = self._rewritten(match, k - len(lookup) - j)
             take = hand_over(p.a, p.b, alpha_d=p.alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
                              k_d=k_d, n_avail=len(match.tokens), t_d=p.t_d, sunk=sunk + j * p.t_d, t_s=p.t_s,
                              t_c=p.t_c, window=p.window)
             if take:
                 self._last.append((start, tuple(lookup) + tuple(drafted) + match.tokens[:take], len(lookup) + j,
-                                   match.length))
+                                   match.length, src[:take]))
             return match.tokens[:take]
         return ask
+
+    def _rewritten(self, match: Optional[Match], n: int) -> tuple[Optional[Match], tuple]:
+        """``match`` with what this reply replaced rewritten in its continuation, and each token's source
+        position (None for a rewritten one)."""
+        if match is None:
+            return None, ()
+        tokens, src = self.rewrites.apply(match.tokens, match.start, n)
+        return replace(match, tokens=tokens), src
 
     def _runs(self) -> float:
         """Draft steps a return to the draft model is expected to last (the mean of recent runs)."""
@@ -261,7 +279,7 @@ class DuoProposer:
         """How the last step's lookup proposals fared: the history now holds what the target kept of them (and
         ``end``, the end-of-generation token after it, when the generation ended so)."""
         last, self._last = self._last, []
-        for start, proposed, begin, match_len in last:
+        for start, proposed, begin, match_len, src in last:
             if len(history) <= start:
                 continue  # a new generation: nothing was verified
             seen = list(history[start:]) + ([end] if end is not None else [])
@@ -274,6 +292,8 @@ class DuoProposer:
                 continue  # a draft-model token before lookup's was rejected: lookup's were never judged
             if kept == len(seen) < len(proposed):
                 continue  # the generation stopped inside the proposal (its token limit): the rest was not judged
+            if kept < len(proposed) and kept - begin < len(src) and src[kept - begin] is not None:
+                self.rewrites.broke(src[kept - begin], start + kept)  # the reply left the source here
             self.acceptance.record(match_len, len(proposed) - begin, kept - begin)
 
     def memory(self) -> int:

@@ -167,6 +167,11 @@ class SuffixIndex:
             stop += 1
         return Match(length=best_len, start=base + best_pos, tokens=tuple(t[best_pos:stop]))
 
+    def span(self, a: int, b: int) -> list:
+        """The tokens held at absolute positions ``a`` to ``b`` (those evicted are left out)."""
+        lo, hi = max(a - self._base, 0), max(min(b - self._base, len(self._tokens)), 0)
+        return [t for t in self._tokens[lo:hi] if t != SEP]
+
     # --- size ---------------------------------------------------------------------------------------------
 
     @property
