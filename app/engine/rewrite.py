@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 MAX_SPAN = 16  # the longest source span, and reply span, a rewrite pairs
 STALE = 48  # a break not closed within this many reply tokens is dropped
+MAX_PAIRS = 64  # pairs kept per reply (the oldest go first)
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,11 @@ class Rewrites:
 
     subs: dict = field(default_factory=dict)
     pending: Optional[Break] = None
+    _by_first: dict = field(default_factory=dict)  # first token -> the source spans starting with it, longest first
 
     def reset(self) -> None:
         self.subs.clear()
+        self._by_first.clear()
         self.pending = None
 
     def broke(self, src: int, reply: int) -> None:
@@ -54,10 +57,19 @@ class Rewrites:
         if 1 <= n_src <= MAX_SPAN and 1 <= n_reply <= MAX_SPAN:
             source, reply = tuple(span(b.src, src_end)), tuple(history[b.reply:reply_end])
             if source and source != reply:
-                self.subs[source] = reply
+                self._pair(source, reply)
             self.pending = None
         elif len(history) - b.reply > STALE or n_reply > MAX_SPAN:
             self.pending = None
+
+    def _pair(self, source: tuple, reply: tuple) -> None:
+        self.subs.pop(source, None)
+        self.subs[source] = reply
+        while len(self.subs) > MAX_PAIRS:
+            del self.subs[next(iter(self.subs))]
+        self._by_first = {}
+        for span in sorted(self.subs, key=len, reverse=True):
+            self._by_first.setdefault(span[0], []).append(span)
 
     def apply(self, tokens: Sequence[int], start: int, n: int) -> tuple[tuple, tuple]:
         """``tokens`` (a continuation beginning at source position ``start``) with each known source span
@@ -67,9 +79,8 @@ class Rewrites:
         out: list = []
         pos: list = []
         i = 0
-        spans = sorted(self.subs, key=len, reverse=True)  # the longest span first
         while i < len(tokens) and len(out) < n:
-            for source in spans:
+            for source in self._by_first.get(tokens[i], ()):  # the longest span first
                 if tuple(tokens[i:i + len(source)]) == source:
                     out.extend(self.subs[source])
                     pos.extend([None] * len(self.subs[source]))

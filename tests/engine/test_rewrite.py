@@ -6,7 +6,7 @@ from __future__ import annotations
 from app.engine.duo import DuoProposer
 from app.engine.mix import LookupAcceptance
 from app.engine.proposers import DraftModelProposer
-from app.engine.rewrite import MAX_SPAN, STALE, Rewrites
+from app.engine.rewrite import MAX_PAIRS, MAX_SPAN, STALE, Rewrites
 from app.engine.suffix import SuffixIndex
 
 from support.fake_target import FakeTarget
@@ -54,10 +54,14 @@ def test_a_break_is_paired_only_with_the_same_stretch_of_source_and_dropped_when
 
 def test_apply_replaces_the_longest_known_span_first_and_keeps_the_limit():
     rw = Rewrites()
-    rw.subs = {(1,): (9,), (1, 2): (7, 7, 7)}
+    rw._pair((1,), (9,))
+    rw._pair((1, 2), (7, 7, 7))
     tokens, src = rw.apply((0, 1, 2, 1, 3), start=40, n=5)
     assert tokens == (0, 7, 7, 7, 9) and src == (40, None, None, None, None)
     assert rw.apply((4, 5), start=0, n=1) == ((4,), (0,))
+    for t in range(MAX_PAIRS + 5):
+        rw._pair((1000 + t,), (t,))
+    assert len(rw.subs) == MAX_PAIRS and (1000,) not in rw.subs  # bounded: the oldest pairs go first
 
 
 def test_the_index_gives_back_a_span_by_position():
