@@ -123,7 +123,8 @@ class DuoProposer:
             draft.use_window(CATCH_WINDOW)
         self.length: Optional[DraftLength] = None
         # the last step's lookup proposals: (history length, tokens proposed from there, where lookup's begin,
-        # match length), a lookup prefix and a handoff's tail (judged only if what came before them was kept)
+        # match length, each lookup token's source position: rewrite.py), a lookup prefix and a handoff's tail
+        # (judged only if what came before them was kept)
         self._last: list[tuple] = []
         self.rewrites = Rewrites()  # what this reply replaced where it broke off a copy (rewrite.py)
         self.last_choice = Choice()
