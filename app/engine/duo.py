@@ -183,7 +183,7 @@ class DuoProposer:
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
                     lookup=len(lookup))
         if lookup:
-            self._last.append((len(history), tuple(lookup), 0, match.length, src))
+            self._last.append((len(history), tuple(lookup), 0, match.length, src[:len(lookup)]))
         if choice.draft > 0:
             handoff = self._handoff(prices, len(history), lookup, choice.draft, k) if prices is not None else None
             d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise,

@@ -33,9 +33,10 @@ class Break:
 class Rewrites:
     """What this reply replaced, as (source span → reply span), and the break not yet closed."""
 
-    subs: dict = field(default_factory=dict)
-    pending: Optional[Break] = None
-    _by_first: dict = field(default_factory=dict)  # first token -> the source spans starting with it, longest first
+    subs: dict = field(default_factory=dict, init=False)  # source span -> reply span, oldest first (``_pair``)
+    pending: Optional[Break] = field(default=None, init=False)
+    # derived from ``subs`` by ``_pair``: first token -> the source spans starting with it, longest first
+    _by_first: dict = field(default_factory=dict, init=False, repr=False)
 
     def reset(self) -> None:
         self.subs.clear()
