@@ -21,6 +21,7 @@ from app.engine import rpc
 from app.engine.backend import LoadOptions
 from app.engine.loop import GenConfig, generate, run
 from app.engine.pair import Pair
+from app.engine.placement import HOST, device_of, is_remote
 from app.models import fit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,10 @@ def test_split_target_decodes_like_the_local_one(workers, smol_paths):
         assert placed.layers_gpu == 20 and by_dev.get("CPU", 0) > 0
         for endpoint in workers:
             assert by_dev.get(f"RPC0[{endpoint}]", 0) > 0 or any(endpoint in d for d in by_dev), by_dev
-        assert placed.remote_bytes > 0 and placed.gpu_bytes == 0
+        # no weights on this machine's GPU (a CUDA build keeps a compute buffer there even so)
+        local_gpu = [(dev, n) for dev, kind, n in placed.buffers
+                     if kind == "model" and device_of(dev) != HOST and not is_remote(device_of(dev))]
+        assert placed.remote_bytes > 0 and not local_gpu, local_gpu
         assert split.draft.options.rpc == () and split.draft.placement().remote_bytes == 0
         assert greedy(split, speculative=False) == expected
         assert greedy(split, speculative=True) == expected
