@@ -48,10 +48,13 @@ def _texts(template) -> list[str]:
 
 
 @pytest.mark.parametrize("which", ["smol", "gemma"])
-def test_pieces_tokenise_to_the_ids_of_one_call(which, smol_pair, gemma_paths):
+def test_pieces_tokenise_to_the_ids_of_one_call(which, smol_pair, request):
     from app.engine.backend import LoadOptions, Model
 
-    model = smol_pair.target if which == "smol" else Model(gemma_paths[1], LoadOptions(n_ctx=512, n_gpu_layers=0))
+    if which == "smol":  # (the Gemma pair is fetched for its own case only)
+        model = smol_pair.target
+    else:
+        model = Model(request.getfixturevalue("gemma_paths")[1], LoadOptions(n_ctx=512, n_gpu_layers=0))
     try:
         for text in _texts(model.chat_template()):
             for add_special in (True, False):
