@@ -34,6 +34,8 @@ def test_a_long_reply_scrolls_inside_the_chat_panel(page):
     stop, status = box(page, "#tdm-stop"), box(page, "#tdm-chat-status")
     assert chat["y"] + chat["height"] <= field["y"] + 1, (chat, field)  # nothing drawn under the message box
     assert chat["y"] + chat["height"] <= stop["y"] + 1 and chat["y"] + chat["height"] <= status["y"] + 1
+    # the panel follows the stream in the animation frame after each update (app/ui/style.py): let it run
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     sizes = page.eval_on_selector("#tdm-chatbot", "w => [w.scrollHeight, w.clientHeight, w.scrollTop, "
                                                   "getComputedStyle(w).overflowY]")
     scroll_h, client_h, top, overflow = sizes
