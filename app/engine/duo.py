@@ -91,6 +91,20 @@ def read_costs(model, shared: bool = False) -> ReadCosts:
 
 
 @dataclass(frozen=True)
+class Proposal:
+    """One step's lookup proposal, judged at the next step (``_learn``): made when the history held ``start``
+    tokens, ``tokens`` proposed from there (lookup's from ``begin``: a handoff's draft-model tokens come first),
+    from a match of ``match_len`` tokens; ``src``: each lookup token's source position (None where a rewrite
+    put it: rewrite.py)."""
+
+    start: int
+    tokens: tuple
+    begin: int
+    match_len: int
+    src: tuple = ()
+
+
+@dataclass(frozen=True)
 class Prices:
     """What one step's choices weigh, read once: the verify line ``a + b n``, a draft token ``t_d``, the draft
     model's reading (``t_s``, ``t_c`` through ``window``: mix.reading), its acceptance ``alpha_d`` and the
@@ -122,10 +136,9 @@ class DuoProposer:
         if isinstance(draft, DraftModelProposer):
             draft.use_window(CATCH_WINDOW)
         self.length: Optional[DraftLength] = None
-        # the last step's lookup proposals: (history length, tokens proposed from there, where lookup's begin,
-        # match length, each lookup token's source position: rewrite.py), a lookup prefix and a handoff's tail
-        # (judged only if what came before them was kept)
-        self._last: list[tuple] = []
+        # the last step's lookup proposals: a lookup prefix and a handoff's tail (judged only if what came before
+        # them was kept)
+        self._last: list[Proposal] = []
         self.rewrites = Rewrites()  # what this reply replaced where it broke off a copy (rewrite.py)
         self.last_choice = Choice()
         self._run = 0  # steps in a row the draft model drafted, so far
@@ -183,7 +196,7 @@ class DuoProposer:
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
                     lookup=len(lookup))
         if lookup:
-            self._last.append((len(history), tuple(lookup), 0, match.length, src[:len(lookup)]))
+            self._last.append(Proposal(len(history), tuple(lookup), 0, match.length, src[:len(lookup)]))
         if choice.draft > 0:
             handoff = self._handoff(prices, len(history), lookup, choice.draft, k) if prices is not None else None
             d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise,
@@ -252,8 +265,8 @@ class DuoProposer:
                              k_d=k_d, n_avail=len(match.tokens), t_d=p.t_d, sunk=sunk + j * p.t_d, t_s=p.t_s,
                              t_c=p.t_c, window=p.window)
             if take:
-                self._last.append((start, tuple(lookup) + tuple(drafted) + match.tokens[:take], len(lookup) + j,
-                                   match.length, src[:take]))
+                self._last.append(Proposal(start, tuple(lookup) + tuple(drafted) + match.tokens[:take],
+                                           len(lookup) + j, match.length, src[:take]))
             return match.tokens[:take]
         return ask
 
@@ -280,22 +293,23 @@ class DuoProposer:
         """How the last step's lookup proposals fared: the history now holds what the target kept of them (and
         ``end``, the end-of-generation token after it, when the generation ended so)."""
         last, self._last = self._last, []
-        for start, proposed, begin, match_len, src in last:
-            if len(history) <= start:
+        for p in last:
+            if len(history) <= p.start:
                 continue  # a new generation: nothing was verified
-            seen = list(history[start:]) + ([end] if end is not None else [])
+            seen = list(history[p.start:]) + ([end] if end is not None else [])
             kept = 0
-            for tok, was in zip(proposed, seen):
+            for tok, was in zip(p.tokens, seen):
                 if tok != was:
                     break
                 kept += 1
-            if kept < begin:
+            if kept < p.begin:
                 continue  # a draft-model token before lookup's was rejected: lookup's were never judged
-            if kept == len(seen) < len(proposed):
+            if kept == len(seen) < len(p.tokens):
                 continue  # the generation stopped inside the proposal (its token limit): the rest was not judged
-            if kept < len(proposed) and kept - begin < len(src) and src[kept - begin] is not None:
-                self.rewrites.broke(src[kept - begin], start + kept)  # the reply left the source here
-            self.acceptance.record(match_len, len(proposed) - begin, kept - begin)
+            broke = kept - p.begin  # the first lookup token the target did not keep
+            if kept < len(p.tokens) and broke < len(p.src) and p.src[broke] is not None:
+                self.rewrites.broke(p.src[broke], p.start + kept)  # the reply left the source here
+            self.acceptance.record(p.match_len, len(p.tokens) - p.begin, broke)
 
     def memory(self) -> int:
         """Bytes held by the lookup index."""

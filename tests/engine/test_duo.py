@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.engine.draftlen import FORGET_ALPHA, DraftLength
-from app.engine.duo import CATCH_PRIOR, STEADY_PRIOR, DuoProposer, ReadCosts, read_costs
+from app.engine.duo import CATCH_PRIOR, STEADY_PRIOR, DuoProposer, Proposal, ReadCosts, read_costs
 from app.engine.kvshare import in_use
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, run
@@ -225,10 +225,10 @@ def test_a_lookup_proposal_ends_at_an_end_of_generation_and_counts_as_right_when
     assert match.tokens == (4, 99) and ends  # nothing after the end is proposed, no draft token may follow
     b = acc.bucket(match.length)
     before = acc.accepted[b], acc.trials[b]
-    duo._last = [(len(prompt), match.tokens, 0, match.length, ())]
+    duo._last = [Proposal(len(prompt), match.tokens, 0, match.length)]
     duo.finish(prompt + [4])  # a token limit stopped the reply after 4: the end was not judged
     assert (acc.accepted[b], acc.trials[b]) == before
-    duo._last = [(len(prompt), match.tokens, 0, match.length, ())]
+    duo._last = [Proposal(len(prompt), match.tokens, 0, match.length)]
     duo.finish(prompt + [4], end=99)  # the target ended the reply there: both tokens were right
     assert acc.accepted[b] == pytest.approx(before[0] * FORGET_L + 2) and acc.trials[b] == pytest.approx(
         before[1] * FORGET_L + 2)

@@ -3,7 +3,7 @@ span and what replaced it are learnt, and later continuations of that source are
 
 from __future__ import annotations
 
-from app.engine.duo import DuoProposer
+from app.engine.duo import DuoProposer, Proposal
 from app.engine.mix import LookupAcceptance
 from app.engine.proposers import DraftModelProposer
 from app.engine.rewrite import MAX_PAIRS, MAX_SPAN, STALE, Rewrites
@@ -21,7 +21,7 @@ def test_a_rename_is_learnt_where_the_copy_broke_off_and_rejoined_then_proposed_
     duo.index.start(history)
     match, src = duo._rewritten(duo.index.longest(8), 8)
     assert match.tokens[:2] == (TMP, 3) and src[0] == match.start  # nothing learnt yet: the source as it is
-    duo._last = [(len(history), match.tokens[:4], 0, match.length, src[:4])]
+    duo._last = [Proposal(len(history), match.tokens[:4], 0, match.length, src[:4])]
     reply = history + [LINE, COUNT, 3, 4, 5, 6]  # the target wrote `line_count` where lookup offered `tmp`
     duo._learn(reply)  # … which breaks the copy at `tmp`
     assert duo.rewrites.pending is not None and duo.rewrites.pending.reply == len(history)
