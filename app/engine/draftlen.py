@@ -15,7 +15,8 @@ loop decodes plainly — output unchanged, since plain steps are ordinary target
   noise is one-sided: interference only slows a step); a draft's catch-up on unseen history is timed apart;
 - ``t_v(n) = a + b n``: the target's pass time for ``n`` tokens, fitted online by weighted least squares over
   recent passes, plain steps (n = 1) included, with a weak ridge towards ``b = a / 10`` while the passes do
-  not yet vary.
+  not yet vary; where passes of a size were seen, that size's own measured shape against a plain step
+  (``verifycost.py``: a line misprices a plain step on a CPU and both ends on a GPU).
 
 Measuring first, then choosing: the first step of a fresh controller is plain (t_v(1)), the second drafts
 ``FIRST_K`` tokens (t_d, alpha and t_v(FIRST_K + 1)); from then on the argmax decides. A pause is a hypothesis:
@@ -48,6 +49,7 @@ from collections import deque
 from typing import Optional, Union
 
 from app.engine.stats import expected_tokens
+from app.engine.verifycost import SizeShapes, VerifyCost
 
 PRIOR_ALPHA, PRIOR_TRIALS = 0.9, 4.0  # a weak prior: four judged tokens at 90%
 FORGET_ALPHA = 0.9  # per drafted step: acceptance follows the last ~10 steps (acceptance comes in bursts)
@@ -71,6 +73,7 @@ OUTLIER = 3.0  # a pass slower than this many times the fit's prediction counts 
 BUSY = 4.0  # passes this many times slower (or faster) than predicted: the machine got busy (or quiet again)
 PATIENCE = 16  # busy passes skipped before the new level is taken as the machine's and re-measured
 QUIET = 3  # passes this many times faster than predicted, in a row, before the costs are re-measured
+NEAR = 4  # a pass's cost relative to a plain pass at most this many passes before it: its size's shape
 
 
 class DraftLength:
@@ -83,6 +86,7 @@ class DraftLength:
         self.k = 0 if self.auto else int(k)  # a fresh auto controller measures a plain step first
         self.accepted = PRIOR_ALPHA * PRIOR_TRIALS
         self.trials = PRIOR_TRIALS
+        self._version = 0
         self._reset_costs()
         self.paused = False
         self.free_probe = False  # this step's draft should come from a free proposal (prompt lookup)
@@ -105,6 +109,11 @@ class DraftLength:
         self._plain: deque = deque(maxlen=2)  # the plain passes just before this step (cleared by others)
         self._paired: deque = deque(maxlen=4)  # verify slopes in plain steps per extra token, each multi-token
         # pass set against the plain passes just before it (so a slow spell of the machine cancels out)
+        self._sizes = SizeShapes(self.k_max + 1, FORGET_COST)  # each size's passes over plain ones near them
+        self._near: deque = deque(maxlen=2)  # (pass number, seconds) of the last plain passes, for those shapes
+        self._passes = 0
+        self._version += 1  # bumped whenever what verify() reads changes
+        self._verify: Optional[tuple] = None  # (version, paused, VerifyCost): verify()'s last answer
 
     # --- estimates --------------------------------------------------------------------------------------
 
@@ -143,13 +152,20 @@ class DraftLength:
             a, b = max((a + b) * (1 - paired), 1e-6), (a + b) * paired
         return a, b
 
+    def verify(self) -> VerifyCost:
+        """``t_v(n)`` as choices weigh it: :meth:`verify_line` with each measured size's shape (``verifycost.py``)."""
+        if self._verify is None or self._verify[:2] != (self._version, self.paused):
+            self._verify = (self._version, self.paused, VerifyCost.of(*self.verify_line(), self._sizes.medians(),
+                                                                      self._sizes.weights()))
+        return self._verify[2]
+
     def rates(self, alpha: Optional[float] = None, t_d: Optional[float] = None) -> list[float]:
         """Expected tokens per second for K = 0 .. k_max (K = 0: a plain step), the verify cost as
-        :meth:`verify_line` weighs it."""
-        a, b = self.verify_line()
+        :meth:`verify` weighs it."""
+        tv = self.verify()
         alpha = min(self.alpha if alpha is None else alpha, 0.999)
         t_d = (self.t_d or 0.0) if t_d is None else t_d
-        return [expected_tokens(alpha, k) / (k * t_d + a + b * (k + 1)) for k in range(self.k_max + 1)]
+        return [expected_tokens(alpha, k) / (k * t_d + tv(k + 1)) for k in range(self.k_max + 1)]
 
     def measured(self) -> bool:
         """Enough is known to choose: a plain pass, a multi-token pass and the draft's cost."""
@@ -239,20 +255,27 @@ class DraftLength:
         return a + b * n
 
     def _add_pass(self, n: int, t: float) -> None:
+        self._version += 1
         self._w = self._w * FORGET_COST + 1.0
         self._n = self._n * FORGET_COST + n
         self._t = self._t * FORGET_COST + t
         self._nn = self._nn * FORGET_COST + n * n
         self._nt = self._nt * FORGET_COST + n * t
+        self._passes += 1
+        self._sizes.count(n)
         if n > 1:
             self._wm += 1.0
             if self._plain:
                 t1 = min(self._plain)
                 self._paired.append(max(0.0, (t - t1) / (n - 1) / t1))
             self._plain.clear()  # pair only with plain passes right before a multi-token one
+            near = [t1 for at, t1 in self._near if self._passes - at <= NEAR]
+            if near:
+                self._sizes.add(n, t / min(near))
         else:
             self._w1 += 1.0
             self._plain.append(t)
+            self._near.append((self._passes, t))
 
     def _remeasure(self) -> None:
         """Timings moved far from the fit for several passes in a row (another program started or stopped):
@@ -345,20 +368,20 @@ class DraftLength:
     def _explain(self) -> str:
         if self.jumped is not None or self.jump() >= BUSY:
             return self._busy_words(self.jumped or self.jump())
-        a, b = self.verify_cost()
-        t1 = a + b
+        tv = VerifyCost.of(*self.verify_cost(), self._sizes.medians(), self._sizes.weights())
+        t1 = tv(1)
         c = (self.t_d or 0.0) / t1
         r = self.rates()
         if not self.can_pay():  # name the culprit: a draft as dear as the target, a verify as dear as K+1 steps
             n = min(4, self.k_max) + 1
-            v = (a + b * n) / t1
+            v = tv(n) / t1
             parts = ([f"a draft token costs {c:.2f} of a target step"] if c >= 0.5 or v <= n / 2 else []) + \
                     ([f"verifying {n} tokens costs {v:.1f} target steps"] if v > n / 2 else [])
             verdict = "however often the draft is right" if self.evidence >= CONFIRM else \
                 "as measured so far — re-measuring to be sure"
             return f"{' and '.join(parts)} on this machine: drafting cannot pay here, {verdict} — decoding plainly"
         best = self._best(r)
-        v = (a + b * (best + 1)) / t1
+        v = tv(best + 1) / t1
         cost = f", costs {c:.2f} of a target step per token," if c >= 0.01 else ""  # (lookup costs nothing)
         return (f"the draft agrees with the target {self.alpha:.0%} of the time{cost} and verifying {best + 1} "
                 f"tokens costs {v:.1f} steps: the best K ({best}) would run at {r[best] / r[0]:.2f}x — decoding "

@@ -41,6 +41,7 @@ from app.engine.proposers import Draft, DraftModelProposer, end_of_reply
 from app.engine.rewrite import Rewrites
 from app.engine.sampling import SamplerSettings
 from app.engine.suffix import Match, SuffixIndex
+from app.engine.verifycost import VerifyCost
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
@@ -106,12 +107,11 @@ class Proposal:
 
 @dataclass(frozen=True)
 class Prices:
-    """What one step's choices weigh, read once: the verify line ``a + b n``, a draft token ``t_d``, the draft
-    model's reading (``t_s``, ``t_c`` through ``window``: mix.reading), its acceptance ``alpha_d`` and the
-    history tokens it has not read (``pending``)."""
+    """What one step's choices weigh, read once: a target pass's cost ``tv(n)`` (verifycost.py), a draft token
+    ``t_d``, the draft model's reading (``t_s``, ``t_c`` through ``window``: mix.reading), its acceptance
+    ``alpha_d`` and the history tokens it has not read (``pending``)."""
 
-    a: float
-    b: float
+    tv: VerifyCost
     t_d: float
     t_s: float
     t_c: float
@@ -227,7 +227,7 @@ class DuoProposer:
 
     def _prices(self, ln: DraftLength, history: Sequence[int]) -> Prices:
         t_d = ln.t_d or 0.0
-        return Prices(*ln.verify_line(), t_d, *self.costs.reading(t_d), window=getattr(self.draft, "window", None),
+        return Prices(ln.verify(), t_d, *self.costs.reading(t_d), window=getattr(self.draft, "window", None),
                       alpha_d=min(ln.alpha, 0.999), pending=self._pending(history))
 
     def _through_end(self, match: Optional[Match]) -> tuple[Optional[Match], bool]:
@@ -243,7 +243,7 @@ class DuoProposer:
         if prices is None:  # a fixed K: no costs measured to weigh; a long match is taken, else the draft model
             return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
         p = prices
-        return choose(p.a, p.b, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
+        return choose(p.tv, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
                       n_avail=n_avail, k_d=k_d, alpha_d=p.alpha_d, t_d=p.t_d, t_c=p.t_c,
                       can_extend=n_avail < k and not ends,
                       k_max=k, t_s=p.t_s, window=p.window, pending=p.pending, runs=self._runs(),
@@ -261,7 +261,7 @@ class DuoProposer:
             if match is None:
                 return ()
             match, src = self._rewritten(match, k - len(lookup) - j)
-            take = hand_over(p.a, p.b, alpha_d=p.alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
+            take = hand_over(p.tv, alpha_d=p.alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
                              k_d=k_d, n_avail=len(match.tokens), t_d=p.t_d, sunk=sunk + j * p.t_d, t_s=p.t_s,
                              t_c=p.t_c, window=p.window)
             if take:

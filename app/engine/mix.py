@@ -8,12 +8,14 @@ the draft's (Leviathan et al.'s i.i.d. assumption, position by position):
 
     E(n_l, n_d) = 1 + sum_{i=1..n_l} alpha_l^i + alpha_l^n_l * sum_{j=1..n_d} alpha_d^j
     cost(n_l, n_d) = R(p + n_l) [n_d > 0] + (R(p + E) - R(p)) [n_d = 0, the draft model in use]
-                     + n_d * t_d + t_v(n_l + n_d + 1),   t_v(n) = a + b n
+                     + n_d * t_d + t_v(n_l + n_d + 1)
     R(n) = t_s min(n - 1, 1) + t_c (min(n, W + 1) - 2)^+   (what reading n unseen tokens costs the draft)
 
-and the step takes ``argmax E / cost`` over: no draft (E = 1, cost t_v(1)); the draft model at the
-controller's K (``draftlen.py``); lookup proposals of length 1 .. what the match offers; and, where the match's
-continuation ends before the draft limit, the whole continuation extended by 1 .. K draft tokens.
+with ``t_v(n)`` what a target pass over ``n`` tokens costs (the verify line ``a + b n`` with each measured
+size's own shape, ``verifycost.py``), and the step takes ``argmax E / cost`` over: no draft (E = 1, cost
+t_v(1)); the draft model at the controller's K (``draftlen.py``); lookup proposals of length 1 .. what the
+match offers; and, where the match's continuation ends before the draft limit, the whole continuation extended
+by 1 .. K draft tokens.
 
 ``p`` is how many history tokens the draft model has not read: 1 in steady state (the pending token, read by
 its first decode), 2 after a fully accepted draft (its own last token and the bonus token: a 2-token batch,
@@ -53,7 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Callable, Optional
 
 BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCKETS[i] up to the next
 # A weak prior per bucket (two judged tokens): the longer the match, the likelier a copy — high enough that a
@@ -128,16 +130,15 @@ def reading(n: float, t_s: float, t_c: float, window: Optional[int] = None) -> f
     return t_s * min(max(n - 1, 0.0), 1.0) + t_c * max(n - 2, 0.0)
 
 
-def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_d: float, t_d: float,
+def choose(tv: Callable[[int], float], *, alpha_l: float, n_avail: int, k_d: int, alpha_d: float, t_d: float,
            t_c: float, can_extend: bool, k_max: int, t_s: float = 0.0, pending: int = 1,
            window: Optional[int] = None, runs: float = 1.0, regret: float = 0.0) -> Choice:
-    """The best proposal for one step (see the module docstring): ``a, b`` the verify cost line, ``n_avail``
+    """The best proposal for one step (see the module docstring): ``tv(n)`` a target pass's cost, ``n_avail``
     lookup tokens the match offers, ``k_d`` the draft model's K (0: it should not draft now),
     ``can_extend``: the match's continuation ended before the draft limit, so draft tokens may follow it;
     ``pending`` history tokens the draft model has not read (1 in steady state), read at ``t_s``, ``t_c`` and
     through ``window`` (:func:`reading`), the part of it beyond the steady read shared over ``runs`` draft
     steps."""
-    tv = lambda n: a + b * n  # noqa: E731
     catch_up = lambda n: reading(n, t_s, t_c, window) - reading(min(n, 2), t_s, t_c, window)  # noqa: E731
 
     def read(n: float) -> float:  # a catch-up beyond the steady read is shared by the draft steps it enables
@@ -174,7 +175,7 @@ def choose(a: float, b: float, *, alpha_l: float, n_avail: int, k_d: int, alpha_
     return best
 
 
-def hand_over(a: float, b: float, *, alpha_d: float, alpha_l: float, j: int, k_d: int, n_avail: int,
+def hand_over(tv: Callable[[int], float], *, alpha_d: float, alpha_l: float, j: int, k_d: int, n_avail: int,
               t_d: float, sunk: float, t_s: float, t_c: float, window: Optional[int] = None) -> int:
     """After ``j`` draft-model tokens of a step that planned ``k_d``: how many of the ``n_avail`` tokens that
     prompt lookup now offers (the history *and* those ``j`` matched it) should end the proposal instead of
@@ -185,7 +186,6 @@ def hand_over(a: float, b: float, *, alpha_d: float, alpha_l: float, j: int, k_d
 
     ``sunk``: what the step spent before (the reading and the ``j`` drafted tokens); the lookup tokens are
     free to propose, but the draft model reads those kept before it drafts again (R, :func:`reading`)."""
-    tv = lambda n: a + b * n  # noqa: E731
     e_j, run = expected_mixed(0.0, 0, alpha_d, j), alpha_d ** j
     best = max((e_j + run * (expected_mixed(0.0, 0, alpha_d, r) - 1.0)) / (sunk + r * t_d + tv(j + r + 1))
                for r in range(max(k_d - j, 0) + 1))

@@ -143,17 +143,17 @@ def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenCon
     length = pair.draft_length(cfg)
     if length is None or not length.measured():
         return None, None
-    a, b = length.verify_line()
+    tv = length.verify()
     t_d = length.t_d or 0.0
     t_s, t_c = read_costs(pair.draft, in_use(pair.kv_share)).reading(t_d)
     lookup = oracle.lookup_kept(prompt, output, cfg.k_max)
     draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
     none = [0] * len(output)
     # auto's draft model reads through ``window`` after a lookup stretch (None: all of it); alone it reads it all
-    mixed = oracle.best_time(lookup, draft, oracle.StepCosts(a, b, t_d, t_s, t_c, window), cfg.k_max)
-    single = min(oracle.best_time(lookup, none, oracle.StepCosts(a, b, t_d), cfg.k_max),
-                 oracle.best_time(none, draft, oracle.StepCosts(a, b, t_d, t_s, t_c), cfg.k_max))
-    return len(output) * (a + b) / mixed, single / mixed
+    mixed = oracle.best_time(lookup, draft, oracle.StepCosts(tv, t_d, t_s, t_c, window), cfg.k_max)
+    single = min(oracle.best_time(lookup, none, oracle.StepCosts(tv, t_d), cfg.k_max),
+                 oracle.best_time(none, draft, oracle.StepCosts(tv, t_d, t_s, t_c), cfg.k_max))
+    return len(output) * tv(1) / mixed, single / mixed
 
 
 def _compare(results: dict) -> list[DrafterRow]:

@@ -21,7 +21,7 @@ after a corrected one, one more for every token a plain or lookup step emits. Th
 shortest path over (position, p) (dynamic programming, ``best_time``). With ``t_s = t_c = 0`` the reading is
 free: the looser bound of reading the future *and* paying no catch-up.
 Proposing exactly what will be kept makes it a bound no real chooser reaches; it is an estimate built on the
-measured costs (``t_v(n) = a + b n``, ``t_d`` from auto K's controller, ``t_s`` and ``t_c`` timed by auto's
+measured costs (``t_v(n)``, ``t_d`` from auto K's controller, ``t_s`` and ``t_c`` timed by auto's
 catch-ups), not a timed run.
 
 References: Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192) for the step costs; Bellman 1957 for the
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -43,18 +43,18 @@ from app.engine.suffix import SuffixIndex
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Seconds: the verify line ``t_v(n) = a + b n``, a draft token ``t_d``, and the draft model's reading
-    (``t_s`` for 2 unseen tokens, ``t_c`` for each further one, at most ``window`` + 1 read; None: all)."""
+    """Seconds: a target pass over ``n`` tokens ``tv(n)`` (auto K's, ``verifycost.py``), a draft token ``t_d``,
+    and the draft model's reading (``t_s`` for 2 unseen tokens, ``t_c`` for each further one, at most
+    ``window`` + 1 read; None: all)."""
 
-    a: float
-    b: float
+    tv: Callable[[int], float]
     t_d: float
     t_s: float = 0.0
     t_c: float = 0.0
     window: Optional[int] = None
 
     def verify(self, n: int) -> float:
-        return self.a + self.b * n
+        return self.tv(n)
 
     def read(self, n: int) -> float:
         return reading(n, self.t_s, self.t_c, self.window)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from app.engine.loop import GenConfig, run
+from app.engine.verifycost import VerifyCost
 from app.lab.oracle import StepCosts, best_time, draft_kept, lookup_kept
 
 
 def test_the_shortest_path_takes_each_drafter_where_it_keeps_most():
     a, b, t_d = 0.020, 0.004, 0.010
-    free = StepCosts(a, b, t_d)  # reading history costs the draft model nothing
+    free = StepCosts(VerifyCost(a, b), t_d)  # reading history costs the draft model nothing
     assert best_time([0] * 5, [0] * 5, free) == pytest.approx(5 * (a + b))  # nothing kept: plain steps
     # lookup keeps 4 at position 0 (one pass for 5 tokens), then nothing: plain for the last one
     assert best_time([4, 0, 0, 0, 0, 0], [0] * 6, free) == pytest.approx((a + 5 * b) + (a + b))
@@ -25,25 +26,25 @@ def test_the_draft_model_pays_for_what_it_reads():
     a, b, t_d, t_s, t_c = 0.020, 0.004, 0.010, 0.012, 0.007
     # drafting 3 twice, all kept: the second draft first reads its own last token and the bonus (t_s)
     twice = 2 * (3 * t_d + a + 4 * b) + t_s
-    assert best_time([0] * 8, [3, 0, 0, 0, 3, 0, 0, 0], StepCosts(a, b, t_d, t_s, t_c)) == pytest.approx(twice)
+    assert best_time([0] * 8, [3, 0, 0, 0, 3, 0, 0, 0], StepCosts(VerifyCost(a, b), t_d, t_s, t_c)) == pytest.approx(twice)
     # … or drafting one more that the target corrects leaves one token to read (free): cheaper when t_s is dear
-    dear = StepCosts(a, b, t_d, t_s=0.050, t_c=t_c)
+    dear = StepCosts(VerifyCost(a, b), t_d, t_s=0.050, t_c=t_c)
     corrected = (4 * t_d + a + 5 * b) + (3 * t_d + a + 4 * b)
     assert best_time([0] * 8, [3, 0, 0, 0, 3, 0, 0, 0], dear) == pytest.approx(corrected)
     # after a lookup stretch of 6 tokens the draft model must read 7 (t_s + 5 t_c), or only the window's 3
     lookup, draft = [5, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 2, 1, 0]
-    step = lambda window: best_time(lookup, draft, StepCosts(a, b, t_d, t_s, t_c, window))  # noqa: E731
+    step = lambda window: best_time(lookup, draft, StepCosts(VerifyCost(a, b), t_d, t_s, t_c, window))  # noqa: E731
     after = 2 * t_d + a + 3 * b
     assert step(None) == pytest.approx(min(a + 6 * b + t_s + 5 * t_c + after, a + 6 * b + 3 * (a + b)))
     assert step(2) == pytest.approx(a + 6 * b + t_s + t_c + after)
     # the draft model extends lookup's match past its end (a dear pass): it reads lookup's 5 tokens first
-    ext = best_time([5, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 1, 0], StepCosts(0.05, b, t_d, t_s, t_c, 8))
+    ext = best_time([5, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 1, 0], StepCosts(VerifyCost(0.05, b), t_d, t_s, t_c, 8))
     assert ext == pytest.approx(t_s + 4 * t_c + 2 * t_d + 0.05 + 8 * b)
 
 
 def test_the_draft_model_hands_over_to_lookup_within_a_step():
     a, b, t_d = 0.020, 0.004, 0.010
-    free = StepCosts(a, b, t_d)
+    free = StepCosts(VerifyCost(a, b), t_d)
     # an edit of 2 tokens at 0 that only the draft model gets, then a copy of 8 that lookup keeps from 2
     lookup, draft = [0, 0, 8] + [0] * 8, [2, 1] + [0] * 9
     handoff = 2 * t_d + a + 11 * b  # one pass: 2 draft tokens, lookup's 8, a bonus (11 tokens emitted)
