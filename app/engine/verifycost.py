@@ -34,7 +34,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional
 
 SIZE_WINDOW = 5  # recent passes of one size whose shapes (seconds over a plain pass's) are kept
 SIZE_MIN = 3  # passes of a size seen before its median ratio replaces the line (one hiccup cannot move it)
@@ -43,8 +43,8 @@ SIZE_MIN = 3  # passes of a size seen before its median ratio replaces the line 
 @dataclass(frozen=True)
 class VerifyCost:
     """``t_v(n)`` in seconds: call it with ``n``. ``a``, ``b``: the line; ``table``: ``t_v(1) ..
-    t_v(len(table))`` with the measured shapes applied (empty: the line alone; beyond it: the line, at least
-    the table's last)."""
+    t_v(len(table))`` with the measured shapes applied, up to the largest measured size (empty: the line alone;
+    beyond it: the line, at least the table's last)."""
 
     a: float
     b: float
@@ -57,23 +57,25 @@ class VerifyCost:
         return max(line, self.table[-1]) if self.table else line
 
     @classmethod
-    def of(cls, a: float, b: float, shapes: "list[Optional[float]]",
-           weights: "Optional[list[float]]" = None) -> "VerifyCost":
-        """The line with ``shapes`` (index ``n`` - 1: the median shape of passes of ``n`` tokens, None where
-        too few were seen; the first, a plain pass's, is 1 by definition) at the level the line gives passes
-        weighted ``weights`` (None: the line's plain step), as the module docstring says."""
-        if not any(s is not None for s in shapes[1:]):
+    def of(cls, a: float, b: float, shapes: Mapping[int, float],
+           weights: Optional[Mapping[int, float]] = None) -> "VerifyCost":
+        """The line with ``shapes`` (by pass size: the median shape of its passes, where enough were seen; a
+        plain pass's is 1 by definition) at the level the line gives passes weighted ``weights`` (by size;
+        None: the line's plain step), as the module docstring says."""
+        shapes = {n: x for n, x in shapes.items() if n > 1}
+        if not shapes:
             return cls(a, b)
-        shapes = [1.0] + list(shapes[1:])
+        shapes[1] = 1.0
         level = a + b
         if weights is not None:
-            seen = [(w, i + 1, s) for i, (w, s) in enumerate(zip(weights, shapes)) if s is not None and w > 0]
+            seen = [(w, n, shapes[n]) for n, w in weights.items() if n in shapes and w > 0]
             if seen:
-                level = sum(w * (a + b * n) for w, n, _ in seen) / sum(w * s for w, _, s in seen)
-        table, above = [0.0] * len(shapes), math.inf  # from the top: the nearest measured size above caps the line
-        for i in range(len(shapes) - 1, -1, -1):
-            s = shapes[i]
-            table[i] = above = level * s if s is not None else min(a + b * (i + 1), above)
+                level = sum(w * (a + b * n) for w, n, _ in seen) / sum(w * x for w, _, x in seen)
+        top = max(shapes)
+        table, above = [0.0] * top, math.inf  # from the top: the nearest measured size above caps the line
+        for n in range(top, 0, -1):
+            x = shapes.get(n)
+            table[n - 1] = above = level * x if x is not None else min(a + b * n, above)
         floor = 0.0
         for i, t in enumerate(table):  # from the bottom: never below a shorter pass
             table[i] = floor = max(floor, t)
@@ -81,29 +83,34 @@ class VerifyCost:
 
 
 class SizeShapes:
-    """Recent shapes of passes (seconds over a plain pass's near them), by pass size (2 .. ``n_max``)."""
+    """Recent shapes of passes (seconds over a plain pass's near them), by pass size (2 .. ``n_max``); only the
+    sizes seen are held."""
 
     def __init__(self, n_max: int, forget: float = 1.0):
-        self._seen = [deque(maxlen=SIZE_WINDOW) for _ in range(n_max)]
-        self._median: list[Optional[float]] = [None] * n_max
-        self._weights = [0.0] * n_max
+        self.n_max = n_max
+        self._seen: dict[int, deque] = {}
+        self._median: dict[int, float] = {}
+        self._weights: dict[int, float] = {}
         self._forget = forget
 
     def count(self, n: int) -> None:
         """A pass of ``n`` tokens ran (every pass: what the level is fitted over, forgotten as the line's)."""
-        self._weights = [w * self._forget for w in self._weights]
-        if 0 < n <= len(self._weights):
-            self._weights[n - 1] += 1.0
+        for size in self._weights:
+            self._weights[size] *= self._forget
+        if 0 < n <= self.n_max:
+            self._weights[n] = self._weights.get(n, 0.0) + 1.0
 
-    def weights(self) -> list[float]:
-        return list(self._weights)
+    def weights(self) -> dict[int, float]:
+        return dict(self._weights)
 
     def add(self, n: int, shape: float) -> None:
-        if not 1 < n <= len(self._seen) or shape <= 0:
+        if not 1 < n <= self.n_max or shape <= 0:
             return
-        seen = self._seen[n - 1]
+        seen = self._seen.setdefault(n, deque(maxlen=SIZE_WINDOW))
         seen.append(shape)
-        self._median[n - 1] = statistics.median(seen) if len(seen) >= SIZE_MIN else None
+        if len(seen) >= SIZE_MIN:
+            self._median[n] = statistics.median(seen)
 
-    def medians(self) -> list[Optional[float]]:
-        return list(self._median)
+    def medians(self) -> dict[int, float]:
+        """The median shape by size, for the sizes with at least ``SIZE_MIN`` passes."""
+        return dict(self._median)

@@ -10,7 +10,7 @@ from app.engine.verifycost import SIZE_MIN, SizeShapes, VerifyCost
 
 
 def test_the_line_alone_where_no_size_was_measured():
-    tv = VerifyCost.of(0.018, 0.002, [None] * 17)
+    tv = VerifyCost.of(0.018, 0.002, {})
     assert tv == VerifyCost(0.018, 0.002)
     assert tv(1) == pytest.approx(0.020) and tv(9) == pytest.approx(0.036) and tv(40) == pytest.approx(0.098)
 
@@ -19,9 +19,7 @@ def test_measured_sizes_replace_the_line_and_the_rest_stay_between_them_and_rise
     # an H100's shape (ms): 1 token 1.78, 2 tokens 2.89, 9 tokens 3.97, 17 tokens 10.1 — no line fits it
     a, b = 1.26, 0.52
     line = lambda n: a + b * n  # noqa: E731
-    shapes = [None] * 17
-    for n, t in ((2, 2.89), (9, 3.97), (17, 10.1)):
-        shapes[n - 1] = t / 1.78
+    shapes = {n: t / 1.78 for n, t in ((2, 2.89), (9, 3.97), (17, 10.1))}
     tv = VerifyCost.of(a, b, shapes)
     assert [tv(n) for n in (1, 2, 9, 17)] == pytest.approx([1.78, 2.89, 3.97, 10.1])
     assert all(tv(n) <= tv(n + 1) for n in range(1, 17))  # a longer pass never costs less
@@ -30,7 +28,7 @@ def test_measured_sizes_replace_the_line_and_the_rest_stay_between_them_and_rise
     assert tv(12) == pytest.approx(line(12))
     assert tv(18) >= tv(17)  # beyond the table: the line, never below its last entry
     # a measured size below a smaller measured one (noise) does not make the longer pass cheaper
-    shapes[9 - 1] = 2.0 / 1.78
+    shapes[9] = 2.0 / 1.78
     assert VerifyCost.of(a, b, shapes)(9) == pytest.approx(2.89)
 
 
@@ -38,14 +36,16 @@ def test_a_size_speaks_only_after_a_few_passes_and_one_hiccup_does_not_move_it()
     sizes = SizeShapes(17)
     sizes.add(3, 1.2)
     sizes.add(3, 1.2)
-    assert sizes.medians()[2] is None  # too few passes of 3 tokens yet
+    assert 3 not in sizes.medians()  # too few passes of 3 tokens yet
     for _ in range(SIZE_MIN - 2):
         sizes.add(3, 1.2)
     sizes.add(3, 3.0)  # a page fault
-    assert sizes.medians()[2] == pytest.approx(1.2)
+    assert sizes.medians()[3] == pytest.approx(1.2)
     sizes.add(40, 1.0)  # a pass longer than the controller drafts: ignored
     sizes.add(1, 2.0)  # a plain pass's shape is 1 by definition
-    assert len(sizes.medians()) == 17 and sizes.medians()[0] is None
+    assert list(sizes.medians()) == [3]
+    sizes.count(10**9)  # (nothing is held for a size never seen: a huge limit costs nothing)
+    assert sizes.weights() == {}
 
 
 def feed(length: DraftLength, cost, steps: int, slow=lambda step: 1.0) -> None:
