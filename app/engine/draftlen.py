@@ -86,7 +86,6 @@ class DraftLength:
         self.k = 0 if self.auto else int(k)  # a fresh auto controller measures a plain step first
         self.accepted = PRIOR_ALPHA * PRIOR_TRIALS
         self.trials = PRIOR_TRIALS
-        self._version = 0
         self._reset_costs()
         self.paused = False
         self.free_probe = False  # this step's draft should come from a free proposal (prompt lookup)
@@ -106,14 +105,12 @@ class DraftLength:
         self._td: deque = deque(maxlen=TD_WINDOW)  # recent draft seconds per token
         self._w = self._n = self._t = self._nn = self._nt = 0.0  # weighted sums for t_v(n) = a + b n
         self._w1 = self._wm = 0.0  # weights of plain (n = 1) and multi-token passes seen
-        self._plain: deque = deque(maxlen=2)  # the plain passes just before this step (cleared by others)
+        self._passes = self._last_multi = 0  # passes added; the number of the last multi-token one
+        self._plain: deque = deque(maxlen=2)  # (pass number, seconds) of the last plain passes
         self._paired: deque = deque(maxlen=4)  # verify slopes in plain steps per extra token, each multi-token
         # pass set against the plain passes just before it (so a slow spell of the machine cancels out)
         self._sizes = SizeShapes(self.k_max + 1, FORGET_COST)  # each size's passes over plain ones near them
-        self._near: deque = deque(maxlen=2)  # (pass number, seconds) of the last plain passes, for those shapes
-        self._passes = 0
-        self._version += 1  # bumped whenever what verify() reads changes
-        self._verify: Optional[tuple] = None  # (version, paused, VerifyCost): verify()'s last answer
+        self._verify: Optional[tuple] = None  # (passes, paused, VerifyCost): verify()'s last answer
 
     # --- estimates --------------------------------------------------------------------------------------
 
@@ -154,8 +151,8 @@ class DraftLength:
 
     def verify(self) -> VerifyCost:
         """``t_v(n)`` as choices weigh it: :meth:`verify_line` with each measured size's shape (``verifycost.py``)."""
-        if self._verify is None or self._verify[:2] != (self._version, self.paused):
-            self._verify = (self._version, self.paused, VerifyCost.of(*self.verify_line(), self._sizes.medians(),
+        if self._verify is None or self._verify[:2] != (self._passes, self.paused):
+            self._verify = (self._passes, self.paused, VerifyCost.of(*self.verify_line(), self._sizes.medians(),
                                                                       self._sizes.weights()))
         return self._verify[2]
 
@@ -255,7 +252,6 @@ class DraftLength:
         return a + b * n
 
     def _add_pass(self, n: int, t: float) -> None:
-        self._version += 1
         self._w = self._w * FORGET_COST + 1.0
         self._n = self._n * FORGET_COST + n
         self._t = self._t * FORGET_COST + t
@@ -265,17 +261,17 @@ class DraftLength:
         self._sizes.count(n)
         if n > 1:
             self._wm += 1.0
-            if self._plain:
-                t1 = min(self._plain)
+            before = [t1 for at, t1 in self._plain if at > self._last_multi]  # right before it: the paired slope
+            if before:
+                t1 = min(before)
                 self._paired.append(max(0.0, (t - t1) / (n - 1) / t1))
-            self._plain.clear()  # pair only with plain passes right before a multi-token one
-            near = [t1 for at, t1 in self._near if self._passes - at <= NEAR]
+            near = [t1 for at, t1 in self._plain if self._passes - at <= NEAR]  # a few passes before: its shape
             if near:
                 self._sizes.add(n, t / min(near))
+            self._last_multi = self._passes
         else:
             self._w1 += 1.0
-            self._plain.append(t)
-            self._near.append((self._passes, t))
+            self._plain.append((self._passes, t))
 
     def _remeasure(self) -> None:
         """Timings moved far from the fit for several passes in a row (another program started or stopped):

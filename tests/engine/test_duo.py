@@ -100,14 +100,15 @@ def test_a_handoff_to_lookup_keeps_the_targets_distribution():
 
 def test_the_draft_model_hands_over_to_a_trusted_match_and_drafts_on_past_a_doubtful_one():
     a, b = 0.020, 0.0045  # the demo pair's verify line on this CPU (seconds)
+    tv = VerifyCost(a, b)
     common = dict(alpha_d=0.95, j=3, k_d=8, t_d=0.011, sunk=0.011 * 3, t_s=0.017, t_c=0.008, window=8)
-    assert hand_over(VerifyCost(a, b), alpha_l=0.95, n_avail=10, **common) == 10  # a copy resumes: free tokens
-    assert hand_over(VerifyCost(a, b), alpha_l=0.2, n_avail=10, **common) == 0  # a guess: the draft model is likelier
-    short = hand_over(VerifyCost(a, b), alpha_l=0.9, n_avail=10, **common)
+    assert hand_over(tv, alpha_l=0.95, n_avail=10, **common) == 10  # a copy resumes: free tokens
+    assert hand_over(tv, alpha_l=0.2, n_avail=10, **common) == 0  # a guess: the draft model is likelier
+    short = hand_over(tv, alpha_l=0.9, n_avail=10, **common)
     assert 0 < short < 10  # a fair match: a few of its tokens, verifying more would cost more than they bring
     # a free draft model (t_d = 0) and no reading: nothing to save by handing over a match no better than it
     free = dict(common, t_d=0.0, sunk=0.0, t_s=0.0, t_c=0.0)
-    assert hand_over(VerifyCost(a, b), alpha_l=0.9, n_avail=10, **free) == 0
+    assert hand_over(tv, alpha_l=0.9, n_avail=10, **free) == 0
 
 
 def test_expected_tokens_of_a_mixed_draft():
@@ -120,16 +121,17 @@ def test_expected_tokens_of_a_mixed_draft():
 def test_choice_takes_a_long_trusted_match_and_leaves_a_doubtful_one():
     common = dict(k_d=6, alpha_d=0.9, t_d=0.010, t_c=0.003, can_extend=False, k_max=16)
     a, b = 0.022, 0.004  # the demo pair's verify line on this CPU (seconds)
-    copy = choose(VerifyCost(a, b), alpha_l=0.97, n_avail=16, **common)
+    tv = VerifyCost(a, b)
+    copy = choose(tv, alpha_l=0.97, n_avail=16, **common)
     assert copy.lookup >= 12 and copy.draft == 0
-    guess = choose(VerifyCost(a, b), alpha_l=0.3, n_avail=16, **common)
+    guess = choose(tv, alpha_l=0.3, n_avail=16, **common)
     assert guess == Choice(draft=6, rate=guess.rate)
     # no draft model worth running (paused): lookup or nothing
-    assert choose(VerifyCost(a, b), alpha_l=0.1, n_avail=2, **dict(common, k_d=0)).lookup == 0
-    assert choose(VerifyCost(a, b), alpha_l=0.9, n_avail=8, **dict(common, k_d=0)).lookup > 0
+    assert choose(tv, alpha_l=0.1, n_avail=2, **dict(common, k_d=0)).lookup == 0
+    assert choose(tv, alpha_l=0.9, n_avail=8, **dict(common, k_d=0)).lookup > 0
     # a short match whose continuation ends early is extended by a cheap draft model (a dear one: not)
-    ext = choose(VerifyCost(a, b), alpha_l=0.95, n_avail=3, **dict(common, can_extend=True, t_d=0.002))
-    assert choose(VerifyCost(a, b), alpha_l=0.95, n_avail=3, **dict(common, can_extend=True)).draft == 0
+    ext = choose(tv, alpha_l=0.95, n_avail=3, **dict(common, can_extend=True, t_d=0.002))
+    assert choose(tv, alpha_l=0.95, n_avail=3, **dict(common, can_extend=True)).draft == 0
     assert ext.lookup == 3 and ext.draft > 0
 
 
@@ -146,12 +148,13 @@ def test_what_the_draft_model_must_read_tips_a_close_call_to_lookup():
     common = dict(alpha_l=0.8, n_avail=16, k_d=16, alpha_d=0.99, t_d=0.010, t_c=0.008, can_extend=False, k_max=16,
                   window=8)
     a, b = 0.026, 0.004  # measured on the demo pair (edit-rename): the draft model accepts nearly everything
-    assert choose(VerifyCost(a, b), **common).draft == 16  # steady state, nothing to read: the draft model
-    after_stretch = choose(VerifyCost(a, b), **common, t_s=0.017, pending=9)  # it must read 9 tokens before it drafts
+    tv = VerifyCost(a, b)
+    assert choose(tv, **common).draft == 16  # steady state, nothing to read: the draft model
+    after_stretch = choose(tv, **common, t_s=0.017, pending=9)  # it must read 9 tokens before it drafts
     assert after_stretch.draft == 0 and after_stretch.lookup > 0
     # in a lookup stretch past the window, a lookup step adds nothing to read: it is judged on verify alone
-    mid = choose(VerifyCost(a, b), **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=12)
-    fresh = choose(VerifyCost(a, b), **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=1)
+    mid = choose(tv, **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=12)
+    fresh = choose(tv, **dict(common, alpha_l=0.6, n_avail=4), t_s=0.017, pending=1)
     assert mid.lookup > 0 and fresh.draft == 16
 
 
@@ -159,17 +162,18 @@ def test_a_return_to_the_draft_model_is_charged_its_catch_up_shared_over_the_ste
     common = dict(alpha_l=0.0, n_avail=0, k_d=8, alpha_d=0.95, t_d=0.010, t_s=0.017, t_c=0.0075, can_extend=False,
                   k_max=16, window=8)
     a, b = 0.023, 0.0045  # the demo pair's verify line (seconds)
-    assert choose(VerifyCost(a, b), **common, pending=2).draft == 8  # steady state: what the controller chose
+    tv = VerifyCost(a, b)
+    assert choose(tv, **common, pending=2).draft == 8  # steady state: what the controller chose
     # after a lookup stretch it must first read 9 tokens: worth it only if it then drafts for a while
-    spared = choose(VerifyCost(a, b), **common, pending=12, runs=1)
+    spared = choose(tv, **common, pending=12, runs=1)
     assert spared.draft == 0 and spared.lookup == 0 and spared.rate == pytest.approx(1 / (a + b))
-    assert choose(VerifyCost(a, b), **common, pending=12, runs=8).draft == 8
+    assert choose(tv, **common, pending=12, runs=8).draft == 8
     # never locked out: plain steps add up what they lost against its drafting, and at the catch-up's price it returns
     assert 0 < spared.regret < a + b
     catch_up = reading(12, 0.017, 0.0075, 8) - 0.017
     steps = 0
     regret = 0.0
-    while choose(VerifyCost(a, b), **common, pending=12 + steps, runs=1, regret=regret).draft == 0:
+    while choose(tv, **common, pending=12 + steps, runs=1, regret=regret).draft == 0:
         regret += spared.regret
         steps += 1
     assert steps == math.ceil(catch_up / spared.regret)
@@ -180,12 +184,13 @@ def test_a_draft_model_that_takes_the_targets_cache_is_priced_so_before_any_catc
     priors say so, so the first reply returns to it after a lookup stretch at once (with the reading priors it
     took about 55 plain steps there, the regret's way back: edit-hints' first run)."""
     t_d, a, b = 0.0085, 0.018, 0.0025
+    tv = VerifyCost(a, b)
     own, shared = ReadCosts(), ReadCosts(shared=True)
     assert own.reading(t_d) == pytest.approx((STEADY_PRIOR * t_d, CATCH_PRIOR * t_d))
     assert shared.reading(t_d) == pytest.approx((t_d, 0.0))
     common = dict(alpha_l=0.0, n_avail=0, k_d=8, alpha_d=0.99, t_d=t_d, can_extend=False, k_max=16, pending=40)
-    assert choose(VerifyCost(a, b), **common, t_s=own.reading(t_d)[0], t_c=own.reading(t_d)[1]).draft == 0
-    assert choose(VerifyCost(a, b), **common, t_s=shared.reading(t_d)[0], t_c=shared.reading(t_d)[1]).draft == 8
+    assert choose(tv, **common, t_s=own.reading(t_d)[0], t_c=own.reading(t_d)[1]).draft == 0
+    assert choose(tv, **common, t_s=shared.reading(t_d)[0], t_c=shared.reading(t_d)[1]).draft == 8
     shared.catch.append(0.004)  # what was timed wins over the prior
     assert shared.reading(t_d)[1] == 0.004
 
