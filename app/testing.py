@@ -28,6 +28,6 @@ def gpu_layers() -> int:
 
 def load_options(**kw):
     """``LoadOptions(**kw)`` with the tests' GPU layers (see :func:`gpu_layers`)."""
-    from app.engine.backend import LoadOptions
+    from app.engine.llama.backend import LoadOptions
 
     return LoadOptions(n_gpu_layers=gpu_layers(), **kw)

@@ -20,12 +20,12 @@ import sys
 import time
 
 from app import paths
-from app.engine.backend import LoadOptions, Model
-from app.engine.grammar import GrammarSpec, GrammarTrack, compile_grammar
+from app.engine.llama.backend import LoadOptions, Model
+from app.engine.decoding.grammar import GrammarSpec, GrammarTrack, compile_grammar
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
-from app.engine.proposers import DraftModelProposer
-from app.engine.sampling import SamplerSettings
+from app.engine.drafters.draftmodel import DraftModelProposer
+from app.engine.decoding.sampling import SamplerSettings
 from app.models.provision import ensure_pair
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.engine.backend import LoadOptions, Model  # noqa: E402
+from app.engine.llama.backend import LoadOptions, Model  # noqa: E402
 from app.models.provision import ensure_pair  # noqa: E402
 
 SIZES = (1, 2, 3, 5, 9, 17)

@@ -2,6 +2,10 @@
 
 - Imports flow one way: engine <- models <- lab <- service <- {server, ui} <- cli. The engine imports nothing
   else from app; server and ui never import each other (the command line hands the server's routes to the UI).
+  The chat format (app/chat) sits beside the server and imports the engine only.
+- Inside the engine, rooms flow one way: llama <- decoding <- control <- drafters <- loop <- remote <- pair, with
+  a few shared leaves (errors, limits, names, events, summary, stats, target) that import only llama and decoding.
+  So the drafters and the controller never import the loop, and llama/ never imports a drafter.
 - Gradio only in app/ui; FastAPI, Starlette and uvicorn (HTTP routes) only in app/server.
 - No circle between any two modules; no module over 400 lines.
 - No error matched by its class name or by its message's text (``app.errors`` dispatches on the base class
@@ -15,7 +19,7 @@ import re
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
-PACKAGES = ("engine", "models", "lab", "service", "server", "ui", "cli")
+PACKAGES = ("engine", "models", "lab", "service", "server", "ui", "cli", "chat")
 MAX_LINES = 400
 # What each unit may import (besides itself). The top-level modules: numfmt is a leaf; paths and errors sit on
 # the engine's error base; testing is the test suite's helper (the ``test`` command's too).
@@ -27,11 +31,15 @@ ALLOWED: dict[str, set[str]] = {
     "app.testing": {"app.engine", "app.paths"},
     "app.models": {"app.engine", "app.paths"},
     "app.lab": {"app.engine", "app.models", "app.paths", "app.numfmt"},
+    "app.chat": {"app.engine"},
 }
 ALLOWED["app.service"] = ALLOWED["app.lab"] | {"app.lab", "app.errors"}
-ALLOWED["app.server"] = ALLOWED["app.service"] | {"app.service"}
+ALLOWED["app.server"] = ALLOWED["app.service"] | {"app.service", "app.chat"}
 ALLOWED["app.ui"] = ALLOWED["app.service"] | {"app.service"}
 ALLOWED["app.cli"] = set(ALLOWED) | {"app.service", "app.server", "app.ui", "app.testing"}
+# The engine's rooms, lowest first: each may import the rooms before it and the shared leaves.
+ENGINE_ROOMS = ("llama", "decoding", "control", "drafters", "loop", "remote", "pair")
+ENGINE_LEAVES = {"errors", "limits", "names", "events", "summary", "stats", "target"}
 ONLY_IN = {"gradio": "app.ui", "fastapi": "app.server", "starlette": "app.server", "uvicorn": "app.server"}
 
 
@@ -119,6 +127,40 @@ def test_the_graph_sees_every_package():
 
 def test_engine_imports_only_itself():
     assert graph()["app.engine"] == set()
+
+
+def _room(module: str) -> str:
+    """The engine room of an app.engine module: its sub-package, or the top-level module's own name."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else ""
+
+
+def test_engine_rooms_flow_one_way():
+    wrong = []
+    for module, imported in module_graph().items():
+        if not module.startswith("app.engine."):
+            continue
+        room = _room(module)
+        for other in (_room(i) for i in imported if i.startswith("app.engine.")):
+            if other == room or other in ENGINE_LEAVES and room not in ENGINE_LEAVES:
+                continue
+            low = {"llama", "decoding"} | ENGINE_LEAVES if room in ENGINE_LEAVES else set(
+                ENGINE_ROOMS[:ENGINE_ROOMS.index(room)] if room in ENGINE_ROOMS else ())
+            if other not in low:
+                wrong.append(f"{module} imports {other}")
+    assert wrong == []
+    rooms = {_room(m) for m in module_graph() if m.startswith("app.engine.")}
+    assert rooms <= set(ENGINE_ROOMS) | ENGINE_LEAVES, "a new engine room or leaf: give it its place"
+
+
+def test_the_drafters_and_the_controller_never_import_the_loop_and_llama_never_a_drafter():
+    edges = module_graph()
+    for module, imported in ((m, i) for m, i in edges.items() if m.startswith("app.engine.")):
+        if _room(module) in ("drafters", "control"):
+            assert "app.engine.loop" not in imported and "app.engine.pair" not in imported, module
+        if _room(module) == "llama":
+            assert not any(_room(i) in ("drafters", "control", "decoding") for i in imported
+                           if i.startswith("app.engine.")), module
 
 
 def test_imports_flow_engine_models_lab_service_then_server_or_ui_then_cli():

@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn, Optional, Union
 
 from app.engine import limits
 from app.engine.pair import Pair
-from app.engine.rpc import parse_endpoints
+from app.engine.remote.rpc import parse_endpoints
 from app.errors import BadInput
 from app.models import offload
 from app.service.loading import PairOptions, load_pair as _load_pair

@@ -10,9 +10,9 @@ from pathlib import Path
 from app import paths
 from app.cli.args import add_gpu_args, fail, k_value, limit, load, reproduce_command
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
-from app.engine.assistant import LABEL as ASSISTANT_LABEL, is_assistant
-from app.engine.mtp import mtp_reason
-from app.engine.sampling import SamplerSettings
+from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, is_assistant
+from app.engine.drafters.mtp import mtp_reason
+from app.engine.decoding.sampling import SamplerSettings
 from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.prompts import PromptFileError, load_prompts

@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from app.cli.args import add_gpu_args, fail, limit
-from app.engine.backend import BackendError
+from app.engine.llama.backend import BackendError
 from app.engine.pair import Pair
 from app.models import fileops, hardware, library
 from app.models.advice import label_pairs, recommend

@@ -14,8 +14,9 @@ import socket
 import sys
 
 from app.cli.args import port
-from app.engine import devices, rpc
+from app.engine.llama import devices
 
+from app.engine.remote import rpc
 WARNING = """
 !!! WARNING: the RPC worker listens on {host}:{port} with NO authentication and NO encryption.
 !!! Anyone who can reach this port can read and write this machine's device memory and run work on it.

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from typing import Optional, Union
 
-from app.engine.logprobs import TokenLogprob
+from app.engine.decoding.logprobs import TokenLogprob
+from app.engine.names import StrEnum
 from app.engine.summary import Summary
-
-
-
-class StrEnum(str, Enum):
-    """A str enum whose members print and format as their value (``enum.StrEnum`` before Python 3.11)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
 
 
 class TokenKind(StrEnum):

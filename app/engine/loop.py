@@ -21,19 +21,20 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from app.engine import limits
-from app.engine.backend import ContextFullError, RollbackError
-from app.engine.coupled import GumbelNoise, NoiseRows, coupled_accept, coupled_accept_by
-from app.engine.draftlen import DraftLength
+from app.engine.llama.backend import ContextFullError, RollbackError
+from app.engine.decoding.coupled import GumbelNoise, NoiseRows, coupled_accept, coupled_accept_by
+from app.engine.control.draftlen import DraftLength
 from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN, DoneEvent, Event, StepEvent,
                                TokenEvent)
-from app.engine.grammar import GrammarSpec, GrammarTrack, MaskedRows, compile_grammar
-from app.engine.logprobs import MAX_TOP, token_logprob
-from app.engine.proposers import Draft, PromptLookupProposer, Proposer, end_of_reply
-from app.engine.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
+from app.engine.decoding.grammar import GrammarSpec, GrammarTrack, MaskedRows, compile_grammar
+from app.engine.decoding.logprobs import MAX_TOP, token_logprob
+from app.engine.drafters.lookup import PromptLookupProposer
+from app.engine.drafters.protocol import Draft, Proposer, end_of_reply
+from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats, Summary
 from app.engine.target import Target
-from app.engine.text import Utf8Stream
-from app.engine.verify import greedy_accept, rejection_sample, sample_and_match
+from app.engine.decoding.text import Utf8Stream
+from app.engine.decoding.verify import greedy_accept, rejection_sample, sample_and_match
 
 RULES = ("rejection", "match", "coupled")  # verification rules at T > 0 (coupled: seeds hold, coupled.py)
 PROPOSERS = ("auto", "draft", "lookup", "mtp")  # who drafts: both per step (duo.py), the draft model, lookup, the MTP head

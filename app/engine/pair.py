@@ -10,20 +10,24 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from app.engine import limits, vocab
-from app.engine.assistant import LABEL as ASSISTANT_LABEL, AssistantModel, open_draft
-from app.engine.backend import ContextFullError, LoadOptions, Model
-from app.engine.chunking import Cancel
-from app.engine.draftlen import DraftLength
-from app.engine.kvshare import KvShare, share_reason
+from app.engine import limits
+
+from app.engine.llama import vocab
+from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, AssistantModel, open_draft
+from app.engine.llama.backend import ContextFullError, LoadOptions, Model
+from app.engine.llama.chunking import Cancel
+from app.engine.control.draftlen import DraftLength
+from app.engine.drafters.kvshare import KvShare, share_reason
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
-from app.engine.mtp import MtpHead, MtpProposer, mtp_reason
-from app.engine.duo import DuoProposer
-from app.engine.mix import LookupAcceptance
-from app.engine.proposers import DraftModelProposer, PromptLookupProposer, Proposer
-from app.engine.suffix import SuffixIndex
-from app.engine.text import TemplateError, message_pieces, render_chat
+from app.engine.drafters.mtp import MtpHead, MtpProposer, mtp_reason
+from app.engine.drafters.duo import DuoProposer
+from app.engine.control.mix import LookupAcceptance
+from app.engine.drafters.draftmodel import DraftModelProposer
+from app.engine.drafters.lookup import PromptLookupProposer
+from app.engine.drafters.protocol import Proposer
+from app.engine.drafters.suffix import SuffixIndex
+from app.engine.decoding.text import TemplateError, message_pieces, render_chat
 
 
 class Pair:
@@ -47,7 +51,7 @@ class Pair:
         """Load both models; the draft's options default to :func:`draft_options_for` the target.
         Nothing stays loaded if either fails."""
         if target_options.rpc:
-            from app.engine.split import SplitTarget
+            from app.engine.remote.split import SplitTarget
 
             target: Model = SplitTarget(target_path, target_options)
         else:

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from app.engine.backend import ContextFullError
+from app.engine.llama.backend import ContextFullError
 from app.engine.loop import GenConfig, run
 from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool

@@ -18,8 +18,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from app.engine.duo import CATCH_WINDOW, read_costs
-from app.engine.kvshare import in_use
+from app.engine.drafters.duo import CATCH_WINDOW, read_costs
+from app.engine.drafters.kvshare import in_use
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import median

@@ -17,7 +17,7 @@ from app.lab.history import History, artifacts_root
 from app.engine.loop import DEFAULT_P_MIN
 from app.engine.pair import Pair
 from app.lab.report import write_artifacts
-from app.engine.vocab import check
+from app.engine.llama.vocab import check
 from app.models import library, meta
 from app.models.ggufheader import GGUFError
 from app.lab.tuned import machine_info, save_tuned, settings_from_recommendation

@@ -36,9 +36,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from app.engine.mix import reading
+from app.engine.control.mix import reading
 from app.engine.pair import Pair
-from app.engine.suffix import SuffixIndex
+from app.engine.drafters.suffix import SuffixIndex
 
 
 @dataclass(frozen=True)

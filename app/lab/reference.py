@@ -19,8 +19,8 @@ from typing import Sequence
 import llama_cpp as L
 import numpy as np
 
-from app.engine.backend import default_threads
-from app.engine.llamalog import quiet_logs
+from app.engine.llama.backend import default_threads
+from app.engine.llama.llamalog import quiet_logs
 
 
 def _open(model_path: Path | str, n_ctx: int, n_threads: int):

@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from app.engine import limits
-from app.engine.backend import BackendError, LoadOptions, Model
+from app.engine.llama.backend import BackendError, LoadOptions, Model
 from app.lab.bench import PRIVATE, encode, measure, public_dict
 from app.lab.prompts import Prompt
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair, draft_options_for, open_draft
-from app.engine.sampling import SamplerSettings
+from app.engine.decoding.sampling import SamplerSettings
 from app.engine.stats import costs, median, pool
 from app.lab.result import SweepResult
 from app.engine.summary import Summary
-from app.engine.vocab import IncompatiblePair, check
+from app.engine.llama.vocab import IncompatiblePair, check
 
 BASELINE_EVERY = 4  # speculative runs between two plain baselines of the same prompt
 QUICK_KS: tuple = (2, 4, 8)

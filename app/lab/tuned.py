@@ -62,7 +62,7 @@ def machine_info() -> dict:
     """What the speed of a pair depends on: CPU model and cores, backend (GPU), llama.cpp build, OS."""
     import llama_cpp
 
-    from app.engine.devices import active_backend
+    from app.engine.llama.devices import active_backend
 
     try:
         import psutil

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
-from app.engine.nextn import ASSISTANT_ARCHS, MTP_ARCHS
+from app.engine.llama.nextn import ASSISTANT_ARCHS, MTP_ARCHS
 
 # recurrent or hybrid memory whose state llama.cpp snapshots for partial rollback (n_rs_seq)
 ROLLBACK = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
@@ -62,7 +62,7 @@ def mtp_note(arch: str, nextn_layers: int) -> Optional[str]:
 
 
 def assistant_refusal(target_arch: str, draft_arch: str) -> Optional[str]:
-    """Why an assistant drafter (a GGUF that drafts from its target's cache, ``engine/assistant.py``) cannot pair
+    """Why an assistant drafter (a GGUF that drafts from its target's cache, ``engine/drafters/assistant.py``) cannot pair
     this way, or None (also for pairs without one)."""
     if target_arch in ASSISTANT_ARCHS:
         return f"the target ({target_arch}) is an assistant drafter: it runs only as the draft of its target"

@@ -1,4 +1,4 @@
-"""Is a draft compatible with a target? The engine's own rule (:func:`app.engine.vocab.check`), computed from
+"""Is a draft compatible with a target? The engine's own rule (:func:`app.engine.llama.vocab.check`), computed from
 GGUF metadata: from the local file's header when the model is installed, else from the header alone read from
 the Hub with range requests — before loading and before downloading."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from app.engine.errors import TandemError
-from app.engine.vocab import VocabInfo, check
+from app.engine.llama.vocab import VocabInfo, check
 from app.models import archs, library, meta
 from app.models.catalog import Catalog, load
 from app.models.ggufheader import GGUFError

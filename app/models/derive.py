@@ -32,7 +32,7 @@ def quantize(source: Path, dest: Path, ftype: str, progress: Optional[Progress] 
     """Write ``source`` re-quantized to ``ftype`` at ``dest`` (atomically; instant if already done)."""
     import llama_cpp
 
-    from app.engine.llamalog import quiet_logs
+    from app.engine.llama.llamalog import quiet_logs
 
     if ftype not in FTYPES:
         raise DeriveError(f"unknown quantization {ftype!r}; choose one of {', '.join(FTYPES)}")

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from app.engine.memory import DEFAULT_RS_SNAPSHOTS as RS_SNAPSHOTS  # the snapshots the engine asks for
+from app.engine.llama.memory import DEFAULT_RS_SNAPSHOTS as RS_SNAPSHOTS  # the snapshots the engine asks for
 
 GIB = 1 << 30
 GPU_RESERVE = GIB

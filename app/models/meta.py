@@ -1,7 +1,7 @@
 """Model metadata and the engine's vocabulary facts, computed from a GGUF header alone (no model is loaded).
 
 :func:`vocab_info` reproduces how llama.cpp (``llama_vocab::impl::load`` in src/llama-vocab.cpp) fills the
-fields that :func:`app.engine.vocab.check` compares: the vocabulary type from ``tokenizer.ggml.model``, the
+fields that :func:`app.engine.llama.vocab.check` compares: the vocabulary type from ``tokenizer.ggml.model``, the
 per-tokenizer default BOS/EOS ids (disabled when out of range, replaced by the GGUF keys when those are in
 range), the per-tokenizer default add-BOS/add-EOS flags (BPE pre-tokenizers such as ``llama3`` turn add-BOS on),
 overridden by ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` when present.
@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 from gguf import GGMLQuantizationType, LlamaFileType
 
-from app.engine.vocab import GGUF_TOKENIZER_MODELS, VocabInfo
+from app.engine.llama.vocab import GGUF_TOKENIZER_MODELS, VocabInfo
 from app.models import ggufheader
 from app.models.ggufheader import GGUFError, Header
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from app.engine import limits
-from app.engine.backend import LoadOptions, Model
-from app.engine.devices import active_backend, gpu_offload_supported
+from app.engine.llama.backend import LoadOptions, Model
+from app.engine.llama.devices import active_backend, gpu_offload_supported
 from app.models import fit
 from app.models.fit import Machine
 
@@ -125,7 +125,7 @@ def workers(rpc: Sequence[str]) -> list:
     """The RPC workers' devices and free memory (none given: none asked)."""
     if not rpc:
         return []
-    from app.engine import rpc as rpc_backend
+    from app.engine.remote import rpc as rpc_backend
 
     rpc_backend.require()
     return rpc_backend.probe_all(rpc)

@@ -10,9 +10,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from app.engine.logprobs import TokenLogprob
+from app.engine.decoding.logprobs import TokenLogprob
 from app.engine.summary import Summary
-from app.engine.toolcalls import ToolCall
+from app.chat.toolcalls import ToolCall
 
 # the engine's DoneEvent.reason → OpenAI's finish_reason / LM Studio's stop_reason
 FINISH = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context": "length", "stopped": "stop"}

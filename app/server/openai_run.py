@@ -14,9 +14,9 @@ import anyio
 from fastapi import Request
 
 from app.engine.summary import Summary
-from app.engine.toolcalls import ToolStyle
-from app.engine.toolparse import ContentDelta, ParsedReply, ToolCallDelta, ToolCallParser
-from app.engine.grammar import GrammarError
+from app.chat.toolcalls import ToolStyle
+from app.chat.toolparse import ContentDelta, ParsedReply, ToolCallDelta, ToolCallParser
+from app.engine.decoding.grammar import GrammarError
 from app.errors import TandemError, api_error
 from app.server import openai_format as F, openai_schema as schema
 from app.service import settings as S

@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.engine.errors import BadInput
-from app.engine.logprobs import MAX_TOP
+from app.engine.decoding.logprobs import MAX_TOP
 from app.service import chat, settings as S
 
 Number = Union[StrictInt, float]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from app.engine.grammar import GrammarSpec
-from app.engine.toolcalls import ChoiceMode, ToolStyle, parse_choice, parse_tools, tool_prompt
+from app.engine.decoding.grammar import GrammarSpec
+from app.chat.toolcalls import ChoiceMode, ToolStyle, parse_choice, parse_tools, tool_prompt
 from app.server import openai_schema as schema
 from app.server.structured import grammar_of, response_schema
 

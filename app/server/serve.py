@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from fastapi import FastAPI
 
-from app.engine.rpc import LOOPBACK
+from app.engine.remote.rpc import LOOPBACK
 from app.server import guard as G
 from app.server.openai_api import OpenAIApi, mount, openai_errors
 from app.service.loading import app_state, say, startup_pair

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from app.engine.grammar import GrammarError, GrammarSpec
+from app.engine.decoding.grammar import GrammarError, GrammarSpec
 
 
 def _bad(message: str, param: str) -> GrammarError:

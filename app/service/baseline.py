@@ -6,7 +6,7 @@ import statistics
 from dataclasses import replace
 
 from app.engine.loop import GenConfig
-from app.engine.sampling import SamplerSettings
+from app.engine.decoding.sampling import SamplerSettings
 from app.lab.bench import measure
 from app.service.settings import to_config
 from app.service.state import AppState

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-from app.engine.backend import LoadOptions
+from app.engine.llama.backend import LoadOptions
 from app.engine.pair import Pair
 from app.errors import ui_message
 from app.models import offload

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 from app.engine import limits
 from app.engine.errors import BadInput
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
-from app.engine.sampling import SamplerSettings
+from app.engine.decoding.sampling import SamplerSettings
 
 _GEN = GenConfig()  # the engine's defaults
 DEFAULTS: dict[str, Any] = {

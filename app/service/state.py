@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from app.engine.backend import BackendError, LoadOptions
-from app.engine.devices import active_backend
+from app.engine.llama.backend import BackendError, LoadOptions
+from app.engine.llama.devices import active_backend
 from app.engine.pair import Pair
 from app.lab import baselines
 from app.service.fifo import FifoLock, Readers

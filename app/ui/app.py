@@ -17,7 +17,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and privat
 
 import gradio as gr  # noqa: E402
 
-from app.engine.rpc import LOOPBACK  # noqa: E402
+from app.engine.remote.rpc import LOOPBACK  # noqa: E402
 from app.service import settings as S  # noqa: E402
 from app.service.loading import app_state, say, startup_pair  # noqa: E402
 from app.service.ports import free_port  # noqa: E402

@@ -100,7 +100,7 @@ def test_setup_is_instant_on_rerun_and_files_are_verified(smol_paths):
 def test_the_test_command_runs_only_what_it_is_given(smol_paths):
     """`launcher.py test tests/...` runs those files alone (scripts/gpu-check.sh's TESTS); without a path, the
     whole suite (pyproject's testpaths)."""
-    proc = launcher("test", "tests/engine/test_loop_fake.py", "-q", "-p", "no:cacheprovider", timeout=300)
+    proc = launcher("test", "tests/engine/test_loop.py", "-q", "-p", "no:cacheprovider", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = int(proc.stdout.split(" passed")[0].split()[-1])
     assert 0 < ran < 50

@@ -123,7 +123,7 @@ def test_k_lists_and_command_lines_are_bounded_in_a_memory_capped_process():
 CHILD = textwrap.dedent("""
     import json, sys
     import gradio as gr
-    from app.engine.backend import LoadOptions
+    from app.engine.llama.backend import LoadOptions
     from app.lab.lab import LabRequest, plan
     from app.engine.loop import GenConfig
     from app.engine.pair import Pair

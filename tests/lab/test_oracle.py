@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.engine.loop import GenConfig, run
-from app.engine.verifycost import VerifyCost
+from app.engine.control.verifycost import VerifyCost
 from app.lab.oracle import StepCosts, best_time, draft_kept, lookup_kept
 
 

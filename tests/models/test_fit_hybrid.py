@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.backend import Model
-from app.engine.memory import DEFAULT_RS_SNAPSHOTS
+from app.engine.llama.backend import Model
+from app.engine.llama.memory import DEFAULT_RS_SNAPSHOTS
 from app.models import advice, catalog, fit, meta
 from app.testing import load_options
 from support.tinygemma4 import write_gemma4, write_gemma4_assistant

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.vocab import check
+from app.engine.llama.vocab import check
 from app.models import compat, ggufheader, library, meta
 from support.tiny_gguf import BASE, write_tiny
 
@@ -76,7 +76,7 @@ def test_cut_and_foreign_files_are_reported(tmp_path):
 
 
 def test_metadata_matches_the_engine_for_the_demo_models(smol_paths, gemma_paths):
-    from app.engine.backend import Model
+    from app.engine.llama.backend import Model
     from app.testing import load_options
 
     for path in (smol_paths[1], gemma_paths[1]):

@@ -8,10 +8,10 @@ import pytest
 
 from app.models import offload
 from app.cli import build_parser
-from app.engine import placement
+from app.engine.llama import placement
 from app.models import advice, catalog, fit
 from app.models.fit import GIB, Device, Machine
-from app.engine.devices import gpu_offload_supported
+from app.engine.llama.devices import gpu_offload_supported
 from app.testing import gpu_layers, load_options
 
 NO_GPU = Machine(cpu_cores=8, ram_total=64 * GIB, ram_available=64 * GIB)
@@ -116,7 +116,7 @@ def test_a_loaded_model_reports_its_placement(smol_pair):
 def test_the_kv_estimate_is_what_llama_cpp_allocates_for_sliding_window_layers(gemma_paths):
     """Gemma-3's 15 sliding-window layers keep a full-size cache (llama.cpp's default swa_full, as Tandem loads
     them): the estimate once gave them window + n_ubatch cells, 45 MiB short on the demo target."""
-    from app.engine.backend import Model
+    from app.engine.llama.backend import Model
     from app.models import advice, meta
 
     target = gemma_paths[0]

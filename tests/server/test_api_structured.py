@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from app.engine.logprobs import log_softmax
+from app.engine.decoding.logprobs import log_softmax
 
 from support.schema_check import validate
 

@@ -110,14 +110,14 @@ def test_a_user_cannot_forge_a_chat_turn(smol_pair):
         assert any(ids[i:i + len(text)] == text for i in range(len(ids)))  # the words are there, as text
 
     plain = [{"role": "user", "content": "Name three fruits."}]  # ordinary text tokenises as before
-    from app.engine.text import render_chat
+    from app.engine.decoding.text import render_chat
 
     whole = t.tokenize(render_chat(t.chat_template(), plain), add_special=True, parse_special=True)
     assert smol_pair.chat_prompt(plain) == whole
 
 
 def test_a_huge_prompt_is_refused_before_it_is_tokenised_in_full(smol_pair):
-    from app.engine.backend import ContextFullError
+    from app.engine.llama.backend import ContextFullError
 
     with pytest.raises(ContextFullError, match="context holds 2048"):
         smol_pair.chat_prompt([{"role": "user", "content": "word " * 100_000}])

@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from app.engine.coupled import gumbel_noise
-from app.engine.sampling import SamplerSettings, distribution, recent_window
+from app.engine.decoding.coupled import gumbel_noise
+from app.engine.decoding.sampling import SamplerSettings, distribution, recent_window
 
 NEAR_TIE = 0.01  # perturbed log-probabilities: far above the kernels' rounding, far below a real choice
 

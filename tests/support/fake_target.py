@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from app.engine.backend import ContextFullError
+from app.engine.llama.backend import ContextFullError
 
 
 class FakeTarget:

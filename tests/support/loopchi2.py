@@ -9,7 +9,7 @@ import numpy as np
 
 from app.engine.events import DoneEvent, StepEvent
 from app.engine.loop import GenConfig, generate
-from app.engine.sampling import SamplerSettings, distribution
+from app.engine.decoding.sampling import SamplerSettings, distribution
 
 # χ² critical values at significance 0.001 by degrees of freedom (30.0 beyond the table).
 CRITICAL = {8: 26.124, 7: 24.322, 5: 20.515, 3: 16.266}

@@ -3,9 +3,9 @@ each draft it made (both drive the same ``MtpProposer``)."""
 
 from __future__ import annotations
 
-from app.engine.backend import Model
+from app.engine.llama.backend import Model
 from app.engine.loop import GenConfig, run
-from app.engine.mtp import MtpProposer
+from app.engine.drafters.mtp import MtpProposer
 
 
 def plain_tokens(model: Model, prompt, n: int) -> list[int]:

@@ -194,7 +194,7 @@ def test_race_replays_at_real_timing_and_marks_the_faster_run():
 
 def test_corrected_events_carry_the_drafts_token(smol_pair):
     from app.engine.loop import GenConfig
-    from app.engine.sampling import SamplerSettings
+    from app.engine.decoding.sampling import SamplerSettings
 
     ids = smol_pair.chat_prompt([{"role": "user", "content": "Count: one, two, three, four, five, six"}])
     cfg = GenConfig(max_tokens=40, sampler=SamplerSettings(temperature=0.0), proposer="lookup", k=4)

@@ -14,8 +14,9 @@ from typing import Any, Optional
 import gradio as gr
 
 from app import paths
-from app.engine import limits, rpc
-from app.engine.vocab import VocabInfo, check
+from app.engine import limits
+from app.engine.remote import rpc
+from app.engine.llama.vocab import VocabInfo, check
 from app.errors import ui_message
 from app.models import library, meta, offload
 from app.models.catalog import load as load_catalog

@@ -1,0 +1,46 @@
+"""The names a setting takes, as enums: who drafts, which verification rule, K's adaptive value.
+
+They are ``str`` enums, so a member equals its text (``ProposerName.AUTO == "auto"``) and the JSON, the
+command line and stored settings keep the words users type."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class StrEnum(str, Enum):
+    """A str enum whose members print and format as their value (``enum.StrEnum`` before Python 3.11)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class ProposerName(StrEnum):
+    """Who drafts (``GenConfig.proposer``)."""
+
+    AUTO = "auto"  # lookup or the draft model, chosen per step (drafters/duo.py); lookup alone without a draft
+    DRAFT = "draft"  # the draft model
+    LOOKUP = "lookup"  # prompt lookup
+    MTP = "mtp"  # the target's own MTP head, or the Gemma-4 assistant
+
+
+class Rule(StrEnum):
+    """The verification rule at T > 0 (``GenConfig.rule``)."""
+
+    REJECTION = "rejection"  # exact speculative sampling (Leviathan et al. 2022)
+    MATCH = "match"  # llama.cpp's sample-and-match
+    COUPLED = "coupled"  # Gumbel-max with noise fixed by (seed, position): seeds hold (decoding/coupled.py)
+
+
+class AutoK(StrEnum):
+    """K's adaptive setting (``GenConfig.k`` is an integer or this)."""
+
+    AUTO = "auto"
+
+
+AUTO_K = AutoK.AUTO
+PROPOSERS = tuple(ProposerName)
+RULES = tuple(Rule)

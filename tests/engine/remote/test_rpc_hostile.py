@@ -1,0 +1,147 @@
+"""Hostile input, part 3: RPC. A fake worker on 127.0.0.1 that speaks the protocol's first messages but
+answers with counts and sizes no llama.cpp worker sends, one that goes silent, and the real ``launcher.py
+worker`` given a device that does not exist."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app.engine.remote import rpc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fake_worker(count: int = 1, memory: tuple[int, int] = (1 << 30, 2 << 30), silent_after: int = 99):
+    """A port that answers HELLO as a protocol-7 worker, DEVICE_COUNT with ``count`` and every
+    GET_DEVICE_MEMORY with ``memory``, for as long as the client asks; silent after ``silent_after`` replies.
+    Returns the endpoint, an Event that stops it, and the commands it answered."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    stop = threading.Event()
+    asked: list[int] = []
+
+    def recv(conn, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = conn.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError
+            buf += chunk
+        return buf
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            try:
+                while not stop.is_set():
+                    cmd, size = struct.unpack("<BQ", recv(conn, 9))
+                    recv(conn, size)
+                    if len(asked) >= silent_after:
+                        stop.wait(30)
+                        break
+                    asked.append(cmd)  # before the reply: the client cannot see the reply before it is counted
+                    if cmd == rpc.CMD_HELLO:
+                        out = bytes([*rpc.PROTO, 0]) + bytes(rpc.CAPS_SIZE)
+                    elif cmd == rpc.CMD_DEVICE_COUNT:
+                        out = struct.pack("<I", count)
+                    else:
+                        out = struct.pack("<QQ", *memory)
+                    conn.sendall(struct.pack("<Q", len(out)) + out)
+            except (ConnectionError, OSError):
+                pass
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"127.0.0.1:{srv.getsockname()[1]}", stop, asked
+
+
+def test_a_huge_device_count_is_one_error_at_once():
+    endpoint, stop, asked = fake_worker(count=(1 << 32) - 1)
+    t0 = time.monotonic()
+    with pytest.raises(rpc.BadReply, match=f"RPC worker {endpoint} reports 4294967295 devices"):
+        rpc.probe(endpoint, timeout=5)  # once: 4 billion GET_DEVICE_MEMORY round trips
+    assert time.monotonic() - t0 < 5 and asked == [rpc.CMD_HELLO, rpc.CMD_DEVICE_COUNT]  # no device listed
+    stop.set()
+
+
+def test_a_huge_memory_size_is_refused():
+    endpoint, stop, _ = fake_worker(count=2, memory=(1 << 62, 1 << 63))
+    with pytest.raises(rpc.BadReply, match=f"RPC worker {endpoint} reports .* bytes of memory on device 0"):
+        rpc.probe(endpoint, timeout=5)
+    stop.set()
+
+
+def test_a_worker_that_goes_silent_while_listing_times_out():
+    endpoint, stop, _ = fake_worker(count=3, silent_after=3)  # HELLO, COUNT, one device, then nothing
+    t0 = time.monotonic()
+    with pytest.raises(rpc.WorkerLost, match=f"RPC worker {endpoint} did not answer within 1 s"):
+        rpc.probe(endpoint, timeout=1)
+    assert time.monotonic() - t0 < 10
+    stop.set()
+
+
+def test_bench_against_a_hostile_worker_gives_one_line():
+    endpoint, stop, _ = fake_worker(count=(1 << 32) - 1)
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "bench", "--pair", "demo-smollm2",
+                               "--rpc", endpoint, "--max-tokens", "4"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("bench still probing the worker after 240 s")  # once: for ever
+    finally:
+        stop.set()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{endpoint} reports 4294967295 devices" in proc.stderr
+
+
+def test_a_worker_with_a_bad_device_exits_at_once():
+    if not rpc.supported():
+        pytest.fail("this llama.cpp build has no RPC backend")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "worker", "--port", str(port),
+                               "--device", "NOPE"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the worker stayed alive with a bad device")  # once: a thread traceback, then for ever
+    assert proc.returncode == 2, proc.stderr
+    # the devices this machine has: its GPUs first where there are any, then the CPU
+    assert re.search(r"no device 'NOPE' here; this machine has: .*\bCPU\b", proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "RPC worker on" not in proc.stdout  # it never claimed to be listening
+    assert time.monotonic() - t0 < 120
+
+
+def test_check_devices_lists_the_valid_ones():
+    if not rpc.supported():
+        pytest.fail("this llama.cpp build has no RPC backend")
+    assert rpc.check_devices(["CPU"]) == ["CPU"] and rpc.check_devices([])  # the default: GPUs, else the CPU
+    for bad in ("NOPE", "", "CPU\x00x"):
+        with pytest.raises(rpc.RpcError, match=r"this machine has: .*\bCPU\b"):
+            rpc.check_devices([bad])
+
+
+def test_a_server_that_cannot_start_ends_its_run():
+    if not rpc.supported():
+        pytest.fail("this llama.cpp build has no RPC backend")
+    with pytest.raises(rpc.RpcError, match="no device 'NOPE'"):
+        rpc.start("127.0.0.1", 1, ["NOPE"])  # raised here, before any thread
+    with socket.socket() as held:  # the port is taken: llama.cpp cannot listen, the run ends
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        code = (f"from app.engine.remote import rpc; s = rpc.start('127.0.0.1', {held.getsockname()[1]}, ['CPU'], 1); "
+                "print('ended' if s.ended.wait(60) else 'alive', s.error)")
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "ended None" in out.stdout and "alive" not in out.stdout, out.stdout + out.stderr
