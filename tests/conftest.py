@@ -37,3 +37,32 @@ def smol_pair(smol_paths):
     pair = Pair.load(smol_paths[0], smol_paths[1], load_options(n_ctx=2048))
     yield pair
     pair.close()
+
+
+# --- tiers: every test is in exactly one, so `pytest -m unit` (seconds) or `-m "not browser"` runs a part ----
+TIERS = ("unit", "models", "processes", "browser")
+_MODEL_FIXTURES = {"smol_paths", "gemma_paths", "smol_pair", "api"}
+_PROCESS_WORDS = ("subprocess", "Popen", "ui_server", "uvicorn", "api_inproc", "multiprocessing")
+_PROCESS_DIRS = ("server", "ui")
+_sources: dict = {}
+
+
+def _tier(item) -> str:
+    """browser (a marker), processes (starts a server or a child process), models (loads the demo models or
+    fetches a pair), else unit."""
+    if item.get_closest_marker("browser"):
+        return "browser"
+    path = item.path
+    if path not in _sources:
+        _sources[path] = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
+    text, parts = _sources[path], path.parts
+    if any(d in parts[-2:-1] for d in _PROCESS_DIRS) or any(w in text for w in _PROCESS_WORDS):
+        return "processes"
+    if _MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or "ensure_pair" in text:
+        return "models"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(getattr(pytest.mark, _tier(item)))

@@ -29,4 +29,6 @@ def run(args: argparse.Namespace) -> int:
     # From the project root pytest searches pyproject's testpaths (tests/) unless test files or folders are
     # named: `test tests/engine -x` runs that folder only.
     extra = [a for a in args.pytest_args if a != "--"]
-    return subprocess.call([sys.executable, "-m", "pytest", *extra], cwd=ROOT)
+    # The slowest tests are named at the end, so a slow suite says where its time goes.
+    durations = [] if any(a.startswith("--durations") for a in extra) else ["--durations=15"]
+    return subprocess.call([sys.executable, "-m", "pytest", *durations, *extra], cwd=ROOT)

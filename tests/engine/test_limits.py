@@ -8,6 +8,8 @@ import pytest
 from app.engine import limits
 from app.engine.llama.backend import LoadOptions
 
+pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
+
 
 @pytest.mark.parametrize("text, words", [
     ("70000", "port must be between 1 and 65535 (got 70000)"),

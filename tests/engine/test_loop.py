@@ -20,7 +20,7 @@ from app.engine.drafters.protocol import Draft
 from app.engine.decoding.sampling import SamplerSettings
 
 from support.fake_target import FakeTarget
-from test_draftlen import Sim, auto
+from engine.control.test_draftlen import Sim, auto
 
 GREEDY = SamplerSettings(temperature=0.0)
 PROMPT = [1, 2, 3]

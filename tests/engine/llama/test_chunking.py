@@ -14,6 +14,8 @@ from app.engine import limits
 from app.engine.llama.backend import ContextFullError, TokenizeCancelled
 from app.engine.decoding.text import render_chat
 
+pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
+
 
 def turns(n: int, word: str = "Hi") -> list[dict]:
     return [{"role": "user" if i % 2 == 0 else "assistant", "content": word} for i in range(n)]

@@ -17,6 +17,8 @@ import pytest
 
 from app.engine.remote import rpc
 
+pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

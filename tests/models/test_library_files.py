@@ -21,6 +21,8 @@ from app.models import compat, library, meta
 from app.models.ggufheader import GGUFError
 from support.tiny_gguf import BASE, finish
 
+pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -16,8 +16,10 @@ import pytest
 
 from app.testing import gpu_layers
 from app.service.ports import ephemeral_port
-from models.test_hostile_files import gguf_with
+from models.test_library_files import gguf_with
 from support.ui_server import ARTIFACTS, ROOT, private_home
+
+pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
 
 
 def test_the_app_starts_on_bad_files_and_names_them(monkeypatch):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

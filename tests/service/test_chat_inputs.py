@@ -16,6 +16,8 @@ from app.models import compat, ggufheader, library, meta
 from app.models.ggufheader import GGUFError
 from support.tiny_gguf import write_tiny
 
+pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
+
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
