@@ -102,7 +102,8 @@ def tokenizer_json(gguf_path: Path, out: Path) -> Path:
 
 
 def serve_book(folder: Path) -> tuple[str, http.server.ThreadingHTTPServer]:
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted(ROOT.glob("app/**/*.py"))])
+    sources = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("app/**/*.py"))]
+    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sources)
     (folder / "book.txt").write_text(text, encoding="utf-8")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Measure Tandem on an NVIDIA GPU with one command, the figures of the README's "Measured on a GPU" table:
+# Measure Tandem on an NVIDIA GPU with one command, the figures of the GPU sittings in docs/results/ (summed up in
+# docs/gpu-and-rpc.md, "What to expect on a GPU"):
 #
 #   scripts/gpu-check.sh [OUT_DIR]          (default OUT_DIR: gpu-results/<date-time>)
 #

@@ -1,7 +1,7 @@
-"""The README's "Use it from other tools" recipes, as written: ``serve`` started with the command line the README
-gives for Open WebUI in Docker (on a free port), then the requests Open WebUI and Continue make, with the real
-``openai`` client: the model list with the key, a streamed chat completion, and the ``Host`` header a container
-sends (``host.docker.internal``)."""
+"""The recipes of docs/api.md ("Recipes: Open WebUI in Docker, Continue in an editor"), as written: ``serve``
+started with the command line the page gives for Open WebUI in Docker (on a free port), then the requests Open
+WebUI and Continue make, with the real ``openai`` client: the model list with the key, a streamed chat completion,
+and the ``Host`` header a container sends (``host.docker.internal``)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from support.ui_server import ARTIFACTS, ROOT, _stop
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")  # where the recipes are documented
 
 
 def recipe_line(prefix: str) -> list[str]:
-    """The README's command line that starts with ``prefix`` (a code block line), as argv."""
+    """The page's command line that starts with ``prefix`` (a code block line), as argv."""
     lines = [ln.strip() for ln in README.splitlines() if ln.strip().startswith(prefix)]
     assert len(lines) == 1, (prefix, lines)
     return shlex.split(lines[0])

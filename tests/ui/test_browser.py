@@ -394,7 +394,7 @@ def test_pair_settings_refuse_an_incompatible_draft_and_keep_the_pair(page):
 
 
 def test_screenshots_of_every_tab_on_desktop_and_phone(page):
-    """test-artifacts/tab-<name>-<w>x<h>.png, referenced by the README's "Using the app"."""
+    """test-artifacts/tab-<name>-<w>x<h>.png, referenced by docs/app.md ("Screenshots")."""
     clear(page)
     set_slider(page, "tdm-chat-max-tokens", 48)
     send(page, "Write a Python function that reverses a string.")
