@@ -1,20 +1,17 @@
 #!/usr/bin/env python3
 """How much the draft model's guesses depend on reading the whole reply: its greedy agreement with the target
-with the full context, and with a *hole* — all but the last W tokens of the reply so far skipped, as auto's
-draft model did after a prompt-lookup stretch until it read everything (``CATCH_WINDOW``, duo.py).
+with the full context, and with a *hole* — all but the last W tokens of the reply so far skipped, as a draft
+model that read only the end of a prompt-lookup stretch would have them (why auto's reads everything: duo.py).
 
 For every prompt of a suite category (default: the edit prompts), plain decoding's reply ``y`` is fixed
 (T = 0); at every sixth position i the draft model drafts greedily from ``prompt + y[:i]`` and the run of its
 tokens equal to ``y[i:]`` is counted (at most 16), then again from ``prompt + y[:2] + y[i-W:i]`` for
 W = 8, 16, 32 (the hole is ``y[2:i-W]``, at consecutive positions). Where the draft model can take the
 target's cache (``kvshare.py``: one network at two precisions), a *shared* column drafts from a copy of the
-target's cache of ``prompt + y[:i]`` instead of the draft model's own. Auto's draft model used to read through an
-8-token window (``DraftModelProposer.use_window``); since these figures it reads everything.
+target's cache of ``prompt + y[:i]`` instead of the draft model's own.
 
 ``--bounds`` also prints, per prompt, the hindsight bound's gain (``app/lab/oracle.py``) as ``bench --proposer
-auto,draft,lookup`` printed it while auto read through an 8-token window (cheap reading, yet the whole context's
-agreement) and with the draft model reading everything it skipped (what the bound's agreement assumes), under
-costs measured by one auto run per prompt.
+auto,draft,lookup`` prints it, under costs measured by one auto run per prompt.
 
 ``python scripts/draft_context.py [PAIR] [--category edit] [--bounds]``
 """
@@ -40,7 +37,6 @@ from app.models.provision import ensure_pair  # noqa: E402
 from app.numfmt import fmt  # noqa: E402
 
 HOLES = (8, 16, 32)
-WINDOW = 8  # the window auto read through before it read everything (the bound's windowed costs)
 K = 16
 
 
@@ -65,11 +61,6 @@ def agreement(pair: Pair, context: list[int], want: list[int], shared: bool = Fa
     return n
 
 
-def bounds(pair: Pair, prompt: list[int], reply: list[int], cfg: GenConfig) -> tuple:
-    """(gain with the 8-token window, gain reading everything): ``bench``'s hindsight gain both ways."""
-    return tuple(hindsight_bound(pair, prompt, reply, cfg, window)[1] for window in (WINDOW, None))
-
-
 def width(column: int, shared: bool) -> int:
     return 6 if column == 0 else 7 if shared and column == 1 else 10
 
@@ -78,7 +69,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pair", nargs="?", default="demo-smollm2")
     parser.add_argument("--category", default="edit")
-    parser.add_argument("--bounds", action="store_true", help="the hindsight gain, windowed and reading all")
+    parser.add_argument("--bounds", action="store_true", help="the hindsight gain")
     args = parser.parse_args(argv)
     _, target, draft = ensure_pair(args.pair)
     with Pair.load(target, draft) as pair:  # (the draft model's own cache unless a column says otherwise)
@@ -86,7 +77,7 @@ def main(argv: list[str]) -> int:
         auto = GenConfig(max_tokens=192, k="auto", proposer="auto")
         shared = pair.kv_share is not None
         print(f"{'prompt':16} {'full':>6} " + (f"{'shared':>7} " if shared else "") + " ".join(f"{f'hole W={w}':>10}" for w in HOLES)
-              + ("   gain: windowed  reading all" if args.bounds else ""))
+              + ("   gain" if args.bounds else ""))
         rows, gains = [], []
         for p, x in encoded:
             y, _ = run(pair.target, x, GenConfig(max_tokens=192, speculative=False))
@@ -100,15 +91,14 @@ def main(argv: list[str]) -> int:
                 rows.append(r)
             if args.bounds:
                 run(pair.target, x, auto, pair.proposer(auto), length=pair.draft_length(auto))  # measure costs
-                g = bounds(pair, x, y, auto)
+                g = hindsight_bound(pair, x, y, auto)[1]
                 gains.append(g)
-                line += f"   {fmt(g[0], '.3f'):>14} {fmt(g[1], '.3f'):>12}"
+                line += f"   {fmt(g, '.3f'):>6}"
             print(line + f"   ({len(at)} positions, a reply of {len(y)} tokens)")
         cols = [[v for r in rows for v in r[j]] for j in range(len(HOLES) + 1 + shared)]
         line = f"{'all':16} " + " ".join(f"{statistics.mean(c):{width(j, shared)}.1f}" for j, c in enumerate(cols))
         if gains:
-            windowed, whole = (median([g[j] for g in gains]) for j in (0, 1))
-            line += f"   {fmt(windowed, '.3f'):>14} {fmt(whole, '.3f'):>12} (median)"
+            line += f"   {fmt(median(gains), '.3f'):>6} (median)"
         print(line)
     return 0
 

@@ -43,7 +43,7 @@ def limit(name: str, range_name: Optional[str] = None) -> Callable[[str], Any]:
     return _typed(name, lambda text: limits.parse_number(name, text, range_name))
 
 
-k_value = _typed("k", limits.k_value)  # a draft length: an integer in range or auto
+k_value = _typed("k", lambda text: limits.k_setting(text, text=True))  # a draft length: an integer in range or auto
 
 
 def positive(text: str) -> int:
@@ -116,8 +116,10 @@ def api_key(args: argparse.Namespace) -> Optional[str]:
     """--api-key, else the first line of --api-key-file, else TANDEM_API_KEY (None: no key)."""
     import os
 
-    if args.api_key:
-        return str(args.api_key)
+    if args.api_key is not None:  # spaces around it could never match: a client's header value is trimmed
+        if not str(args.api_key).strip():
+            fail("--api-key is blank: give a key that is not only spaces, or leave the option out")
+        return str(args.api_key).strip()
     if args.api_key_file is not None:
         try:
             key = args.api_key_file.read_text(encoding="utf-8").strip().splitlines()

@@ -13,6 +13,7 @@ from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenC
 from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, is_assistant
 from app.engine.drafters.mtp import mtp_reason
 from app.engine.decoding.sampling import SamplerSettings
+from app.engine.names import AUTO_K, ProposerName
 from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.prompts import PromptFileError, load_prompts
@@ -28,13 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
     p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math, edit, or a comma list")
     p.add_argument("--max-tokens", type=limit("max_tokens"), default=256)
-    p.add_argument("--k", type=k_value, default="auto", help="draft length: an integer or auto")
+    p.add_argument("--k", type=k_value, default=AUTO_K, help="draft length: an integer or auto")
     p.add_argument("--k-max", type=limit("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
     p.add_argument("--p-min", type=limit("p_min"), default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
     p.add_argument("--temperature", type=limit("temperature"), default=0.0)
-    p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
+    p.add_argument("--rule", choices=[str(r) for r in RULES], default=str(RULES[0]), help="verification at T>0")
     p.add_argument("--seed", type=limit("seed"), default=0)
-    p.add_argument("--proposer", type=proposer_list, default=("draft",),
+    p.add_argument("--proposer", type=proposer_list, default=(ProposerName.DRAFT,),
                    help="draft (default here): the draft model; auto (the app's and the API's default): prompt "
                         "lookup or the draft model, chosen each step (lookup alone without a draft); mtp: the target's "
                         "MTP head; a comma list (auto,draft,lookup) runs them interleaved in one sitting and compares "
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         missing = [str(f) for f in (target, draft) if f is not None and not f.is_file()]
         if missing:
             fail("no such file: " + ", ".join(missing))
-        if draft is None and "draft" in args.proposers:
+        if draft is None and ProposerName.DRAFT in args.proposers:
             fail("--target needs --draft (or --proposer lookup, or mtp for a target with an MTP head)")
         pair_id = None
     else:
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.reference == "local" and not args.rpc:
         fail("--reference local compares a target split over RPC workers with the same pair on this machine "
              "alone; give the workers with --rpc")
-    if args.reference == "bare-spec" and args.proposer != "draft":
+    if args.reference == "bare-spec" and args.proposer != ProposerName.DRAFT:
         fail("--reference bare-spec compares draft-model speculation; use --proposer draft")
     assistant = draft is not None and is_assistant(draft)
     if args.reference == "bare-spec" and assistant:
@@ -104,13 +105,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}{kind}; "
           f"{len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={','.join(args.proposers)}", flush=True)
-    pair, gpu = load(target, draft if set(args.proposers) != {"lookup"} else None, args, "bench")
+    pair, gpu = load(target, draft if set(args.proposers) != {ProposerName.LOOKUP} else None, args, "bench")
     local = None
     if args.reference == "local":  # the same pair without the workers, loaded as auto would load it here
-        local, _ = load(target, draft if args.proposer != "lookup" else None,
+        local, _ = load(target, draft if args.proposer != ProposerName.LOOKUP else None,
                              argparse.Namespace(**dict(vars(args), rpc=(), gpu_layers="auto")), "bench local")
     with pair:
-        if "mtp" in args.proposers and not pair.has_mtp:
+        if ProposerName.MTP in args.proposers and not pair.has_mtp:
             fail(f"--proposer mtp: {target.name}: {mtp_reason(pair.target)}")
         if len(args.proposers) > 1:
             return _compare(pair, prompts, gen, args, pair_id, gpu)
@@ -159,7 +160,7 @@ def _progress(done: int, total: int, what: str) -> None:
 
 
 def format_table(r: BenchResult) -> str:
-    mixed = r.proposer == "auto"  # which drafter: the share of accepted draft tokens lookup proposed
+    mixed = r.proposer == ProposerName.AUTO  # which drafter: the share of accepted draft tokens lookup proposed
     head = f"{'prompt':<20} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} {'accept':>7} {'tok/pass':>8} " \
            f"{'c':>5} {'v':>5} {'bound':>6} {'paused':>6} {'same':>5}" + (f" {'lookup':>6}" if mixed else "")
     lines = [head, "-" * len(head)]

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     from app.lab.stores import check_stores
     from app.server import guard
-    from app.server.openai_api import mount
+    from app.server.openai_api import ROUTES, mount
     from app.server.serve import header_deadline_by_default
     from app.ui.app import serve
 
@@ -33,7 +33,11 @@ def run(args: argparse.Namespace) -> int:
     key = api_key(args)
     check_stores()  # a bad store or registered model: one line each on stderr, never a failed start
     checks = guard.make(args.host, key, args.allow_origin, args.max_body_mib)
+    # every route of the server: Gradio's (the page, its queue, uploads, files) by the page's rule, the API's by
+    # the API's own (with a key, the key is the check for Host)
+    pages = guard.protect(guard.page(args.host, bool(args.auth), args.allow_origin), api=checks,
+                          api_paths=(*ROUTES, "/v1/"))
     return serve(host=args.host, port=args.port, open_browser=not args.no_browser, auth=args.auth,
                  pair_id=args.pair, api_key=key, api=partial(mount, guard=checks),
                  gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc,
-                 on_shutdown=checks.drain.shut)
+                 on_shutdown=checks.drain.shut, middleware=[pages])

@@ -2,18 +2,20 @@
 
 The engine (``GenConfig.validate``), the UI and API settings (``app.service.settings``), the Pair lab request, and
 the command line (``bench``, ``tune``, ``models``) all check values here, so a bad value gets the same message
-wherever it comes in: ``k_max must be between 1 and 64 (got 1000000000)``. Bounds keep one request from
-growing the process without limit (a draft length of a billion, a K range of a billion values). The README's
-"Limits and errors" section lists the same table.
+wherever it comes in: ``k_max must be between 1 and 64 (got 1000000000)``. What a valid draft length K is
+(an integer in range or ``auto``) is decided by :func:`k_setting` alone. Bounds keep one request from
+growing the process without limit (a draft length of a billion, a K range of a billion values). The
+"Limits and errors" section of docs/api.md lists the same table.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Union
 
 from app.engine.errors import BadInput
+from app.engine.names import AUTO_K, AutoK
 
 K_LIMIT = 64  # the longest draft: beyond it the expected gain is nil even at 99 % acceptance
 CTX_LIMIT = 1 << 20  # tokens of context (llama.cpp clamps further to the model's training context)
@@ -27,7 +29,7 @@ class LimitError(BadInput, ValueError):
     """A setting outside its documented range; the message names the setting (also ``param``), the range and the
     value."""
 
-    hint = 'see the README\'s "Limits and errors" for every range'
+    hint = 'see docs/api.md, "Limits and errors", for every range'
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Range:
     integer: bool = True
     lo_open: bool = False  # the bound itself is excluded
     hi_open: bool = False
-    note: str = ""  # for the README table
+    note: str = ""  # for the docs' table (docs/api.md)
 
     def contains(self, value: float) -> bool:
         if isinstance(value, float) and not math.isfinite(value):
@@ -110,7 +112,9 @@ def check(name: str, value: Any, range_name: str | None = None) -> Any:
 def check_settings(values: Mapping[str, Any]) -> None:
     """Check every known setting in ``values`` (None is left to the caller: it means "the default")."""
     for name, value in values.items():
-        if name in RANGES and value is not None and not (name == "k" and value == "auto"):
+        if name == "k" and value is not None:
+            k_setting(value)
+        elif name in RANGES and value is not None:
             check(name, value)
 
 
@@ -142,13 +146,33 @@ def _whole_float(text: str) -> bool:
         return False
 
 
-def k_value(text: Any) -> Any:
-    """A draft length: 'auto' or an integer K in range."""
-    if isinstance(text, str) and text.strip().lower() == "auto":
-        return "auto"
-    if isinstance(text, int):
-        return check("k", text)
-    return parse_number("k", str(text).strip())
+def k_setting(value: Any, text: bool = False, name: str = "k") -> Union[int, AutoK]:
+    """The one rule for a draft length K, wherever it comes in: ``auto`` (``AUTO_K``) or an integer in
+    ``RANGES["k"]``. ``text``: the value came from a person or a JSON body (a form, the command line, the API),
+    so the word ``auto`` in any case with spaces around it, an integer written as text (" 8 ") and a whole
+    float (8.0) are taken too; without it (the engine's own setting, a catalog entry) only ``auto`` and ints
+    are. LimitError (``param``: ``name``) otherwise: ``k must be between 1 and 64 (got 100)`` for an integer
+    out of range, ``k must be a positive integer or 'auto', not 'many'`` for anything else."""
+    given = value
+    if text and isinstance(value, str):
+        word = value.strip()
+        if word.lower() == AUTO_K:
+            return AUTO_K
+        try:
+            value = int(word)
+        except ValueError:
+            raise _not_k(name, given) from None
+    elif text and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value == AUTO_K:
+        return AUTO_K
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _not_k(name, given)
+    return check(name, value, "k")
+
+
+def _not_k(name: str, value: Any) -> LimitError:
+    return LimitError(f"{name} must be a positive integer or 'auto', not {shown(value)}", param=name)
 
 
 def k_list(text: str) -> Iterator[Any]:
@@ -160,23 +184,23 @@ def k_list(text: str) -> Iterator[Any]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        if part.lower() == "auto":
-            yield "auto"
+        if part.lower() == AUTO_K:
+            yield AUTO_K
             continue
         lo, sep, hi = part.partition("-")
         try:
             a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
         except ValueError:
             raise LimitError(f"K must be integers, ranges like 1-12, or 'auto'; not {shown(part)}") from None
-        check("K", a, "k")
-        check("K", b, "k")
+        k_setting(a, name="K")
+        k_setting(b, name="K")
         if b < a:
             raise LimitError(f"bad K range {part!r}: the first value must not exceed the last")
         yield from range(a, b + 1)
 
 
 def table() -> list[tuple[str, str, str]]:
-    """(setting, range, note) rows, for the README and ``--help`` texts."""
+    """(setting, range, note) rows, for the docs' table (docs/api.md) and ``--help`` texts."""
     return [(name, r.describe(), r.note) for name, r in RANGES.items()]
 
 

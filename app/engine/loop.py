@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -25,19 +25,17 @@ from app.engine.llama.backend import ContextFullError, RollbackError
 from app.engine.decoding.coupled import GumbelNoise, NoiseRows, coupled_accept, coupled_accept_by
 from app.engine.control.draftlen import DraftLength
 from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN, DoneEvent, Event, StepEvent,
-                               TokenEvent)
+                               StopReason, TokenEvent)
 from app.engine.decoding.grammar import GrammarSpec, GrammarTrack, MaskedRows, compile_grammar
 from app.engine.decoding.logprobs import MAX_TOP, token_logprob
 from app.engine.drafters.lookup import PromptLookupProposer
 from app.engine.drafters.protocol import Draft, Proposer, end_of_reply
+from app.engine.names import PROPOSERS, RULES, ProposerName, Rule
 from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats, Summary
 from app.engine.target import Target
 from app.engine.decoding.text import Utf8Stream
 from app.engine.decoding.verify import greedy_accept, rejection_sample, sample_and_match
-
-RULES = ("rejection", "match", "coupled")  # verification rules at T > 0 (coupled: seeds hold, coupled.py)
-PROPOSERS = ("auto", "draft", "lookup", "mtp")  # who drafts: both per step (duo.py), the draft model, lookup, the MTP head
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
 DEFAULT_K_MAX = 16
@@ -62,16 +60,13 @@ class GenConfig:
         """Raise ValueError (``limits.LimitError``) naming a setting outside its documented range."""
         self.sampler.validate()
         limits.check("max_tokens", self.max_tokens)
-        if self.k != "auto":
-            if not isinstance(self.k, int) or isinstance(self.k, bool):
-                raise limits.LimitError(f"k must be a positive integer or 'auto', not {self.k!r}")
-            limits.check("k", self.k)
+        limits.k_setting(self.k)
         limits.check("k_max", self.k_max)
         limits.check("p_min", self.p_min)
         if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
+            raise ValueError(f"rule must be one of {_words(RULES)}, not {self.rule!r}")
         if self.proposer not in PROPOSERS:
-            raise ValueError(f"proposer must be one of {PROPOSERS}, not {self.proposer!r}")
+            raise ValueError(f"proposer must be one of {_words(PROPOSERS)}, not {self.proposer!r}")
         if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_TOP):
             raise ValueError(f"top_logprobs must be an integer between 0 and {MAX_TOP}, not {self.logprobs!r}")
         if self.grammar is not None:
@@ -111,9 +106,9 @@ def judge(logits: Union[np.ndarray, MaskedRows], draft: Draft, history: Sequence
         n = greedy_accept(draft.tokens, best)
         return n, best[n]
     p = _Rows(logits, s, history, draft.tokens)
-    if cfg.rule == "match":
+    if cfg.rule == Rule.MATCH:
         return sample_and_match(p, draft.tokens, rng)
-    if cfg.rule == "coupled" and noise is not None:
+    if cfg.rule == Rule.COUPLED and noise is not None:
         g = NoiseRows(noise, len(history), logits.shape[1])
         untransformed = s.top_k == 0 and s.top_p == 1.0 and s.min_p == 0.0 and s.repeat_penalty == 1.0
         if isinstance(logits, MaskedRows) and untransformed:  # a grammar: no full mask where it can be helped
@@ -134,130 +129,183 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     ``cfg.k`` if None). Raises ContextFullError (prompt too long), RollbackError (speculation on recurrent
     memory) and GrammarError (a grammar llama.cpp cannot parse) up front.
     """
-    cfg.validate()
-    if not prompt:
-        raise ValueError("the prompt is empty")
-    if len(prompt) >= target.n_ctx:
-        raise ContextFullError(
-            f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; "
-            "shorten it or load the pair with a larger context"
-        )
-    spec = proposer if cfg.speculative else None
-    reach = getattr(target, "rollback_limit", None)  # recurrent memory drops at most this many tokens a pass
-    if spec is not None and target.recurrent and not reach:
-        raise RollbackError(f"{target.path.name} has recurrent/hybrid memory of an architecture whose state "
-                            "llama.cpp cannot roll back; turn speculation off for this model")
-    rng = make_rng(cfg.sampler)
-    sample_draft = not cfg.sampler.greedy and cfg.rule in ("rejection", "coupled")
-    track = GrammarTrack(compile_grammar(target, cfg.grammar)) if cfg.grammar is not None else None
-    noise = None
-    if cfg.rule == "coupled" and not cfg.sampler.greedy:
-        seed = cfg.sampler.seed if cfg.sampler.seed is not None else int(rng.integers(2 ** 63))
-        noise = GumbelNoise(seed)
-    length = length or DraftLength(cfg.k, cfg.k_max)
-    length.begin()
-    retest = getattr(spec, "retest_tokens", 0)
-    if retest:  # its acceptance was measured on another text: a pause on it is re-tested
-        length.retest(retest)
-    mixes = spec is not None and getattr(spec, "mixes", False)  # the proposer chooses its drafter per step
-    mixer: Any = spec  # a mixing proposer (duo.py) has bind() and finish() besides the protocol
-    if mixes:
-        mixer.bind(length)
-    free: Optional[Proposer] = None  # prompt lookup for the controller's free probes
-
+    gen = _Run.start(target, prompt, cfg, proposer if cfg.speculative else None, length)
     t0 = time.perf_counter()
     target.sync(prompt[:-1], need_logits=False)
-    if spec is not None:
-        spec.begin(prompt, warm=length.warm)  # paused on a cost: the draft catches up only if drafting resumes
+    if gen.spec is not None:
+        gen.spec.begin(prompt, warm=gen.length.warm)  # paused on a cost: the draft catches up only if drafting resumes
     if on_prefill:
         on_prefill(time.perf_counter() - t0)
 
-    tokens = list(prompt)
-    stream, stats = Utf8Stream(), Stats()
-    text: list[str] = []
-    emitted, step, reason = 0, 0, None
-    end: Optional[int] = None  # the end-of-generation token the target chose, if it ended so
-    while reason is None:
+    while gen.reason is None:
         if stop is not None and stop.is_set():
-            reason = "stopped"
+            gen.reason = StopReason.STOPPED
             break
         t_step = time.perf_counter()
-        room = target.n_ctx - len(tokens)  # KV after the pass: len(tokens) + len(draft)
+        room = target.n_ctx - len(gen.tokens)  # KV after the pass: len(tokens) + len(draft)
         if room < 1:
-            reason = "context"
+            gen.reason = StopReason.CONTEXT
             break
-        cap = min(cfg.max_tokens - emitted - 1, room - 1, reach or room) if spec is not None else 0
+        k, source, draft = gen.draft(room)
+        n, nxt, logits, t_verify = gen.verify(draft)
+        events = gen.emit(draft, n, nxt, logits)
+        step_ev = gen.report(k, source, draft, n, len(events), t_verify, t_step)
+        gen.text.extend(e.text for e in events)
+        yield from events
+        yield step_ev
+    yield from gen.done(baseline_tps)
+
+
+@dataclass
+class _Run:
+    """One generation's state between its steps (:func:`generate` drives it)."""
+
+    target: Target
+    prompt: Sequence[int]
+    cfg: GenConfig
+    spec: Optional[Proposer]  # who drafts (None: plain decoding)
+    length: DraftLength
+    rng: np.random.Generator
+    reach: Optional[int]  # recurrent memory drops at most this many tokens a pass (None: any)
+    sample_draft: bool  # drafts are sampled from q (rejection sampling and the coupled rule at T > 0)
+    track: Optional[GrammarTrack]  # the grammar the output must match
+    noise: Optional[GumbelNoise]  # the coupled rule's noise
+    mixes: bool  # the proposer chooses its drafter per step (duo.py): it may draft up to the controller's ceiling
+    free: Optional[Proposer] = None  # prompt lookup for the controller's free probes
+    tokens: list[int] = field(default_factory=list)  # the prompt and the reply so far
+    stream: Utf8Stream = field(default_factory=Utf8Stream)
+    stats: Stats = field(default_factory=Stats)
+    text: list[str] = field(default_factory=list)
+    emitted: int = 0
+    step: int = 0
+    reason: Optional[StopReason] = None
+    end: Optional[int] = None  # the end-of-generation token the target chose, if it ended so
+
+    @classmethod
+    def start(cls, target: Target, prompt: Sequence[int], cfg: GenConfig, spec: Optional[Proposer],
+              length: Optional[DraftLength]) -> "_Run":
+        """Check the request, then set up the sampler, grammar, noise and controller (bound to ``spec``)."""
+        cfg.validate()
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) >= target.n_ctx:
+            raise ContextFullError.prompt(len(prompt), target.n_ctx)
+        reach = target.rollback_limit
+        if spec is not None and target.recurrent and not reach:
+            raise RollbackError(f"{target.path.name} has recurrent/hybrid memory of an architecture whose state "
+                                "llama.cpp cannot roll back; turn speculation off for this model")
+        rng = make_rng(cfg.sampler)
+        sample_draft = not cfg.sampler.greedy and cfg.rule in (Rule.REJECTION, Rule.COUPLED)
+        track = GrammarTrack(compile_grammar(target, cfg.grammar)) if cfg.grammar is not None else None
+        noise = None
+        if cfg.rule == Rule.COUPLED and not cfg.sampler.greedy:
+            seed = cfg.sampler.seed if cfg.sampler.seed is not None else int(rng.integers(2 ** 63))
+            noise = GumbelNoise(seed)
+        length = length or DraftLength(cfg.k, cfg.k_max)
+        length.begin()
+        if spec is not None:
+            if spec.retest_tokens:  # its acceptance was measured on another text: a pause on it is re-tested
+                length.retest(spec.retest_tokens)
+            spec.bind(length)  # a mixing proposer reads the controller
+        return cls(target, prompt, cfg, spec, length, rng, reach, sample_draft, track, noise,
+                   mixes=spec is not None and spec.mixes, tokens=list(prompt))
+
+    def draft(self, room: int) -> tuple[int, Optional[Proposer], Draft]:
+        """(the controller's draft limit, who drafted, the draft): cut where the grammar refuses a token and
+        after an end-of-generation token."""
+        spec, length, cfg = self.spec, self.length, self.cfg
+        cap = min(cfg.max_tokens - self.emitted - 1, room - 1, self.reach or room) if spec is not None else 0
         k = min(length.k, cap)
         source = spec
-        if k > 0 and length.free_probe and spec.name != PromptLookupProposer.name:
-            if free is None:
-                free = PromptLookupProposer()
-                free.begin(prompt)
-            source = free
-        coupling = {"noise": noise} if noise is not None and getattr(source, "couples", False) else {}
-        limit = min(length.k_max, cap) if mixes and source is spec and not length.wake else k
-        draft = source.propose(tokens, limit, cfg.sampler, rng, sample_draft, **coupling) if limit > 0 else Draft()
-        if track is not None:
-            draft = _cut(draft, track.cut(draft.tokens))
-        draft = _cut(draft, end_of_reply(draft.tokens, target.is_eog) or len(draft.tokens))
-        if k == 0 and spec is not None and length.wake and hasattr(spec, "time_tokens"):
-            draft.seconds = spec.time_tokens(tokens, length.wake)  # re-measure the sleeping draft's cost
+        if k > 0 and length.free_probe and spec.name != ProposerName.LOOKUP:
+            if self.free is None:
+                self.free = PromptLookupProposer()
+                self.free.begin(self.prompt)
+            source = self.free
+        coupling = {"noise": self.noise} if self.noise is not None and source is not None and source.couples else {}
+        limit = min(length.k_max, cap) if self.mixes and source is spec and not length.wake else k
+        draft = source.propose(self.tokens, limit, cfg.sampler, self.rng, self.sample_draft, **coupling) \
+            if limit > 0 else Draft()
+        if self.track is not None:
+            draft = _cut(draft, self.track.cut(draft.tokens))
+        draft = _cut(draft, end_of_reply(draft.tokens, self.target.is_eog) or len(draft.tokens))
+        if k == 0 and spec is not None and length.wake:
+            draft.seconds = spec.time_tokens(self.tokens, length.wake)  # re-measure the sleeping draft's cost
+        return k, source, draft
 
+    def verify(self, draft: Draft) -> tuple[int, int, np.ndarray, float]:
+        """The target's pass over ``[last] + draft``, judged and rolled back past the rejected tokens: (accepted
+        count, next token, the pass's logits, its seconds)."""
+        target, cfg, track = self.target, self.cfg, self.track
         t_pass = time.perf_counter()
-        batch = [tokens[-1]] + draft.tokens
+        batch = [self.tokens[-1]] + draft.tokens
         logits = target.decode(batch, range(len(batch)))
         plain_argmax = cfg.sampler.greedy and cfg.sampler.repeat_penalty == 1.0
         rows = logits if track is None else track.rows(logits, plain_argmax)
-        n, nxt = judge(rows, draft, tokens, cfg, rng, noise)
+        n, nxt = judge(rows, draft, self.tokens, cfg, self.rng, self.noise)
         if track is not None:
             track.advance(n, nxt, target.is_eog(nxt))
-        target.rollback(len(tokens) + n)
-        t_verify = time.perf_counter() - t_pass
+        target.rollback(len(self.tokens) + n)
+        return n, nxt, logits, time.perf_counter() - t_pass
 
-        events: list[Event] = []
+    def emit(self, draft: Draft, n: int, nxt: int, logits: np.ndarray) -> list[TokenEvent]:
+        """The pass's tokens (the ``n`` kept, then ``nxt``) as events, up to an end of generation or the budget."""
+        cfg, target = self.cfg, self.target
+        events: list[TokenEvent] = []
         for i, tok in enumerate(draft.tokens[:n] + [nxt]):
             if target.is_eog(tok):
-                reason, end = "eog", tok
+                self.reason, self.end = StopReason.EOG, tok
                 break
             kind = ACCEPTED if i < n else (CORRECTED if n < len(draft.tokens) else (BONUS if draft.tokens else PLAIN))
-            tokens.append(tok)
+            self.tokens.append(tok)
             events.append(TokenEvent(
-                token=tok, text=stream.feed(target.piece(tok)), kind=kind, step=step,
+                token=tok, text=self.stream.feed(target.piece(tok)), kind=kind, step=self.step,
                 draft_pos=i if i < len(draft.tokens) else None,
-                draft_prob=draft.probs[i] if i < len(draft.probs) else None, index=emitted,
+                draft_prob=draft.probs[i] if i < len(draft.probs) else None, index=self.emitted,
                 draft_token=draft.tokens[i] if kind == CORRECTED and i < len(draft.tokens) else None,
                 drafter=(LOOKUP if draft.from_lookup(i) else MODEL) if i < len(draft.tokens) else None,
                 logprob=token_logprob(logits[i], tok, cfg.logprobs) if cfg.logprobs is not None else None,
             ))
-            emitted += 1
-            if emitted >= cfg.max_tokens:
-                reason = "max_tokens"
+            self.emitted += 1
+            if self.emitted >= cfg.max_tokens:
+                self.reason = StopReason.MAX_TOKENS
                 break
+        return events
+
+    def report(self, k: int, source: Optional[Proposer], draft: Draft, n: int, emitted: int, t_verify: float,
+               t_step: float) -> StepEvent:
+        """Tell the controller how the step went; the step's event, counted in the stats."""
+        spec, length = self.spec, self.length
         probe = spec is not None and length.probing and bool(draft.tokens)  # (a probe may find nothing)
         paused = spec is not None and length.paused and not draft.tokens
         why = length.limit() if paused else None  # why this step was plain (the update may resume drafting)
-        mixed = mixes and source is spec  # lookup's tokens (before or after the model's) are free for the controller
+        mixed = self.mixes and source is spec  # lookup's tokens (before or after the model's) are free for the controller
         length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced, t_sync=draft.t_sync,
                       free=draft.lookup if mixed else 0, tail=draft.tail if mixed else 0)
-        step_ev = StepEvent(step=step, drafted=len(draft.tokens), accepted=n, emitted=len(events),
+        step_ev = StepEvent(step=self.step, drafted=len(draft.tokens), accepted=n, emitted=emitted,
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
                             paused=paused, probe=probe, limit=why, lookup=draft.lookup + draft.tail,
                             lookup_accepted=draft.lookup_kept(n), t_sync=draft.t_sync)
-        stats.add(step_ev)
-        step += 1
-        text.extend(e.text for e in events)
-        yield from events
-        yield step_ev
+        self.stats.add(step_ev)
+        self.step += 1
+        return step_ev
 
-    if mixes:
-        mixer.finish(tokens, end)  # the reply's last tokens join lookup's memory
-    tail = stream.flush()
-    if tail:
-        text.append(tail)
-        yield TokenEvent(token=-1, text=tail, kind=PLAIN, step=step, index=emitted)
-    stats.end(length.limit())
-    yield DoneEvent(reason=reason or "stopped", stats=stats.summary(baseline_tps), text="".join(text),
-                    tokens=tuple(tokens[len(prompt):]))
+    def done(self, baseline_tps: Optional[float]) -> Iterator[Event]:
+        """The end: the proposer told where the reply ended, the text's last bytes, the DoneEvent."""
+        if self.spec is not None:
+            self.spec.finish(self.tokens, self.end)  # a mixing proposer's lookup remembers the reply's last tokens
+        tail = self.stream.flush()
+        if tail:
+            self.text.append(tail)
+            yield TokenEvent(token=-1, text=tail, kind=PLAIN, step=self.step, index=self.emitted)
+        self.stats.end(self.length.limit())
+        yield DoneEvent(reason=self.reason or StopReason.STOPPED, stats=self.stats.summary(baseline_tps),
+                        text="".join(self.text), tokens=tuple(self.tokens[len(self.prompt):]))
+
+
+def _words(names: tuple) -> tuple[str, ...]:
+    """The names as the words users type (an enum's repr is not)."""
+    return tuple(map(str, names))
 
 
 def _cut(draft: Draft, n: int) -> Draft:

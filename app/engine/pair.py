@@ -17,11 +17,11 @@ from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, AssistantMod
 from app.engine.llama.backend import ContextFullError, LoadOptions, Model
 from app.engine.llama.chunking import Cancel
 from app.engine.control.draftlen import DraftLength
-from app.engine.drafters.kvshare import KvShare, share_reason
+from app.engine.drafters.kvshare import KvShare, in_use, share_reason
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.drafters.mtp import MtpHead, MtpProposer, mtp_reason
-from app.engine.drafters.duo import DuoProposer
+from app.engine.drafters.duo import DuoProposer, ReadCostBook
 from app.engine.control.mix import LookupAcceptance
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.lookup import PromptLookupProposer
@@ -41,6 +41,7 @@ class Pair:
         self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
         self.lookup_index = SuffixIndex()  # what proposer "auto" has read since load: its lookup's memory
         self._lookup_acceptance = LookupAcceptance()  # how lookup proposals fared, by match length
+        self.read_costs = ReadCostBook()  # what each draft model was timed reading unseen history (duo.py)
         if draft is not None:
             self.set_draft(draft)
 
@@ -103,9 +104,12 @@ class Pair:
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        model = (MtpProposer(self.draft, p_min=p_min) if isinstance(self.draft, AssistantModel)  # type: ignore[arg-type]
+        model = (MtpProposer(self.draft, p_min=p_min) if isinstance(self.draft, AssistantModel)
                  else DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share))
-        return DuoProposer(model, self.lookup_index, self._lookup_acceptance) if kind == "auto" else model
+        if kind != "auto":
+            return model
+        costs = self.read_costs.of(self.draft, in_use(model.share))
+        return DuoProposer(model, self.lookup_index, self._lookup_acceptance, costs)
 
     def mtp_head(self) -> MtpHead:
         """The target's MTP head (its own context, made once); MtpUnavailable says why there is none."""

@@ -16,7 +16,10 @@ import numpy as np
 class Target(Protocol):
     n_ctx: int  # tokens the context (KV cache) holds
     path: Path  # the model file (its name appears in errors)
-    recurrent: bool  # recurrent/hybrid memory: speculation only where ``rollback_limit`` (optional) is > 0
+    recurrent: bool  # recurrent/hybrid memory: speculation only where ``rollback_limit`` is > 0
+    # the longest suffix a verification pass may drop: None for a KV cache (any), 0 for recurrent memory without
+    # snapshots (none)
+    rollback_limit: Optional[int]
 
     def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
         """Make the cache hold exactly ``tokens`` (keeping the common prefix)."""

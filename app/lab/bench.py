@@ -20,6 +20,7 @@ import numpy as np
 
 from app.engine.llama.backend import ContextFullError
 from app.engine.loop import GenConfig, run
+from app.engine.names import ProposerName
 from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool
 from app.engine.summary import Summary
@@ -108,7 +109,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 else:
                     result = measure(pair, tokens, spec_cfg if mode == "spec" else plain_cfg)
                     (spec_runs if mode == "spec" else plain_runs).append(result)
-                    if mode == "spec" and spec_cfg.proposer == "auto":
+                    if mode == "spec" and spec_cfg.proposer == ProposerName.AUTO:
                         index_bytes = max(index_bytes or 0, pair.lookup_index.nbytes())
                 done += ref_runs if mode == "ref" else 1
                 if progress:
@@ -137,7 +138,8 @@ def shares_so_far(pair: Pair) -> Optional[tuple[int, int]]:
 def draft_cache(pair: Pair, cfg: GenConfig, shared_from: Optional[tuple[int, int]]) -> Optional[str]:
     """How the draft model came by the history in its cache since ``shared_from`` (:func:`shares_so_far`), for
     the report; None where ``cfg``'s proposer does not use a draft model."""
-    if pair.draft is None or pair.draft_kind != "draft model" or cfg.proposer not in ("auto", "draft"):
+    if pair.draft is None or pair.draft_kind != "draft model" \
+            or cfg.proposer not in (ProposerName.AUTO, ProposerName.DRAFT):
         return None
     share = pair.kv_share
     if share is None or shared_from is None:
@@ -293,7 +295,8 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, alpha=s.alpha,
         mean_k=s.mean_k, per_position=s.per_position, histogram=s.histogram,
         c=c, v=v, bound=bound, identical=identical, mismatch=mismatch,
-        paused=s.paused_share, limit=s.limit, lookup_share=s.lookup_share if cfg.proposer != "lookup" else None,
+        paused=s.paused_share, limit=s.limit,
+        lookup_share=s.lookup_share if cfg.proposer != ProposerName.LOOKUP else None,
         tokens=len(plain[0].tokens), plain_runs=[r.tps for r in plain], spec_runs=[r.tps for r in spec],
         pooled=s,
     )
@@ -337,6 +340,6 @@ def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, refer
         },
         per_prompt=list(per_prompt),
         skipped=skipped,
-        lookup_share=pooled.lookup_share if pooled and cfg.proposer != "lookup" else None,
+        lookup_share=pooled.lookup_share if pooled and cfg.proposer != ProposerName.LOOKUP else None,
         lookup_index_bytes=index_bytes,
     )

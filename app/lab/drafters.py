@@ -18,7 +18,6 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from app.engine.drafters.duo import CATCH_WINDOW, read_costs
 from app.engine.drafters.kvshare import in_use
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
@@ -132,12 +131,10 @@ def compare_drafters(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, prop
     return DrafterComparison(results=results, rows=rows_out, partial=partial)
 
 
-def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig],
-                    window: Optional[int] = CATCH_WINDOW) -> tuple:
+def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenConfig]) -> tuple:
     """(the hindsight bound's speedup, its gain over the better single drafter's own hindsight bound) for one
-    prompt (oracle.py), with the costs auto K measured in this sitting, auto's draft model reading through
-    ``window`` (None: all it has not seen, as auto does); Nones unless auto ran greedy at auto K with a draft
-    model and the costs are measured."""
+    prompt (oracle.py), with the costs auto K measured in this sitting, auto's draft model reading all it has
+    not seen; Nones unless auto ran greedy at auto K with a draft model and the costs are measured."""
     if cfg is None or not cfg.sampler.greedy or cfg.k != "auto" or pair.draft is None or not output:
         return None, None
     length = pair.draft_length(cfg)
@@ -145,12 +142,11 @@ def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenCon
         return None, None
     tv = length.verify()
     t_d = length.t_d or 0.0
-    t_s, t_c = read_costs(pair.draft, in_use(pair.kv_share)).reading(t_d)
+    t_s, t_c = pair.read_costs.of(pair.draft, in_use(pair.kv_share)).reading(t_d)
     lookup = oracle.lookup_kept(prompt, output, cfg.k_max)
     draft = oracle.draft_kept(pair, prompt, output, cfg.k_max)
     none = [0] * len(output)
-    # auto's draft model reads through ``window`` after a lookup stretch (None: all of it); alone it reads it all
-    mixed = oracle.best_time(lookup, draft, oracle.StepCosts(tv, t_d, t_s, t_c, window), cfg.k_max)
+    mixed = oracle.best_time(lookup, draft, oracle.StepCosts(tv, t_d, t_s, t_c), cfg.k_max)
     single = min(oracle.best_time(lookup, none, oracle.StepCosts(tv, t_d), cfg.k_max),
                  oracle.best_time(none, draft, oracle.StepCosts(tv, t_d, t_s, t_c), cfg.k_max))
     return len(output) * tv(1) / mixed, single / mixed

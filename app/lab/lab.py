@@ -15,6 +15,7 @@ from app.lab import tune
 from app.lab.prompts import CATEGORIES, load_prompts
 from app.lab.history import History, artifacts_root
 from app.engine.loop import DEFAULT_P_MIN
+from app.engine.names import ProposerName
 from app.engine.pair import Pair
 from app.lab.report import write_artifacts
 from app.engine.llama.vocab import check
@@ -115,7 +116,8 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     names = {s.strip() for s in (req.drafts or "all").split(",") if s.strip()}
     free = [tune.LOOKUP] + ([tune.MTP] if pair.has_mtp else [])  # no model to load: prompt lookup, MTP head
     both = [tune.Candidate.combined(pair.draft.path)] if pair.draft is not None else []  # ranked beside them
-    own_names = {"lookup", "mtp", "auto"} | {c.id for c in own} | {Path(c.path).name for c in own}
+    own_names = {ProposerName.LOOKUP, ProposerName.MTP, ProposerName.AUTO} | {c.id for c in own} \
+        | {Path(c.path).name for c in own}
     if (req.quick and names <= {"all"}) or (names and names <= own_names):
         pool = own + free + both  # no need to open every installed model
     else:

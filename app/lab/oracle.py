@@ -16,7 +16,7 @@ one corrected by the target; or lookup's L_i then d <= D_{i+L_i} draft tokens pa
 + t_v(L_i + d + 1)); or d <= D_i draft tokens then l <= L_{i+d} of lookup's past them, the handoff
 (R(p) + d t_d + t_v(d + l + 1)), which leaves the draft model l + 2 tokens to read. ``p`` is how many emitted
 tokens the draft model has not read, and R(p) what reading them costs it (``mix.reading``: nothing for 1,
-``t_s`` for 2, ``t_c`` for each further one, through the window auto keeps): 2 after a fully kept draft, 1
+``t_s`` for 2, ``t_c`` for each further one): 2 after a fully kept draft, 1
 after a corrected one, one more for every token a plain or lookup step emits. The least total time is a
 shortest path over (position, p) (dynamic programming, ``best_time``). With ``t_s = t_c = 0`` the reading is
 free: the looser bound of reading the future *and* paying no catch-up.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -44,20 +44,18 @@ from app.engine.drafters.suffix import SuffixIndex
 @dataclass(frozen=True)
 class StepCosts:
     """Seconds: a target pass over ``n`` tokens ``tv(n)`` (auto K's, ``verifycost.py``), a draft token ``t_d``,
-    and the draft model's reading (``t_s`` for 2 unseen tokens, ``t_c`` for each further one, at most
-    ``window`` + 1 read; None: all)."""
+    and the draft model's reading (``t_s`` for 2 unseen tokens, ``t_c`` for each further one)."""
 
     tv: Callable[[int], float]
     t_d: float
     t_s: float = 0.0
     t_c: float = 0.0
-    window: Optional[int] = None
 
     def verify(self, n: int) -> float:
         return self.tv(n)
 
     def read(self, n: int) -> float:
-        return reading(n, self.t_s, self.t_c, self.window)
+        return reading(n, self.t_s, self.t_c)
 
 
 def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], costs: StepCosts, k_max: int = 16) -> float:
@@ -66,7 +64,6 @@ def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], costs: Step
     ``draft_kept[i]``: what each keeps at position i (all 0: that drafter is not used)."""
     n = len(lookup_kept)
     drafts = any(draft_kept)  # the draft model is used: draft, draft to a correction, extend lookup
-    cap = (lambda p: min(p, costs.window + 1)) if costs.window is not None else (lambda p: p)
     reach: list[dict] = [{} for _ in range(n + 1)]  # position -> {unread tokens p: least seconds}
     reach[0][1] = 0.0
 
@@ -78,16 +75,16 @@ def best_time(lookup_kept: Sequence[int], draft_kept: Sequence[int], costs: Step
     for i in range(n):
         kept_l, kept_d = lookup_kept[i], draft_kept[i]
         for p, t in reach[i].items():
-            relax(i + 1, cap(p + 1), t + costs.verify(1))
+            relax(i + 1, p + 1, t + costs.verify(1))
             for l in range(1, kept_l + 1):
-                relax(i + l + 1, cap(p + l + 1), t + costs.verify(l + 1))
+                relax(i + l + 1, p + l + 1, t + costs.verify(l + 1))
             if not drafts:
                 continue
             r = t + costs.read(p)
             for d in range(1, kept_d + 1):
                 relax(i + d + 1, 2, r + d * costs.t_d + costs.verify(d + 1))
                 for l in range(1, min(lookup_kept[i + d] if i + d < n else 0, k_max - d) + 1):  # the handoff
-                    relax(i + d + l + 1, cap(l + 2), r + d * costs.t_d + costs.verify(d + l + 1))
+                    relax(i + d + l + 1, l + 2, r + d * costs.t_d + costs.verify(d + l + 1))
             if kept_d < k_max:
                 relax(i + kept_d + 1, 1, r + (kept_d + 1) * costs.t_d + costs.verify(kept_d + 2))
             if kept_l and i + kept_l < n:

@@ -17,6 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from app.engine.names import AUTO_K
+
 PLOTS = {
     "speedup_vs_k": "speedup_vs_k.png",
     "per_position": "per_position.png",
@@ -28,8 +30,8 @@ def k_positions(ks: Sequence) -> dict:
     """x position for each K: integers where they are, 'auto' one step right of the largest."""
     numeric = sorted({k for k in ks if isinstance(k, int)})
     pos: dict = {k: float(k) for k in numeric}
-    if any(k == "auto" for k in ks):
-        pos["auto"] = float((numeric[-1] if numeric else 0) + 1)
+    if any(k == AUTO_K for k in ks):
+        pos[AUTO_K] = float((numeric[-1] if numeric else 0) + 1)
     return pos
 
 
@@ -38,7 +40,7 @@ def _drafts(cells: Sequence[dict]) -> list[str]:
 
 
 def _label(cell: dict) -> str:
-    if cell["k"] == "auto" and cell.get("p_min") is not None:
+    if cell["k"] == AUTO_K and cell.get("p_min") is not None:
         return f"auto p{cell['p_min']:g}"
     return str(cell["k"])
 

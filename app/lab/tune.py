@@ -29,10 +29,11 @@ from app.engine.stats import costs, median, pool
 from app.lab.result import SweepResult
 from app.engine.summary import Summary
 from app.engine.llama.vocab import IncompatiblePair, check
+from app.engine.names import AUTO_K, ProposerName, Rule
 
 BASELINE_EVERY = 4  # speculative runs between two plain baselines of the same prompt
 QUICK_KS: tuple = (2, 4, 8)
-FULL_KS: tuple = (1, 2, 3, 4, 6, 8, "auto")
+FULL_KS: tuple = (1, 2, 3, 4, 6, 8, AUTO_K)
 QUICK_MAX_TOKENS, FULL_MAX_TOKENS = 32, 128
 QUICK_PROMPTS = ("code-fib", "chat-plants")
 
@@ -43,36 +44,30 @@ Progress = Callable[[int, int, str, Optional[float]], None]  # done, total, what
 class Candidate:
     """What drafts: a GGUF model (``path``), prompt lookup, the target's MTP head, or ``auto`` (model + lookup)."""
     id: str
-    proposer: str = "draft"
+    proposer: str = ProposerName.DRAFT
     path: Optional[str] = None
 
     @classmethod
     def model(cls, path: Union[str, Path]) -> "Candidate":
-        return cls(id=Path(path).stem, proposer="draft", path=str(path))
+        return cls(id=Path(path).stem, proposer=ProposerName.DRAFT, path=str(path))
 
     @classmethod
     def combined(cls, path: Union[str, Path]) -> "Candidate":  # lookup and this model, chosen per step
-        return cls(id=f"auto ({Path(path).stem} + lookup)", proposer="auto", path=str(path))
+        return cls(id=f"auto ({Path(path).stem} + lookup)", proposer=ProposerName.AUTO, path=str(path))
 
 
-LOOKUP = Candidate("lookup", "lookup", None)
-MTP = Candidate("mtp", "mtp", None)  # the target's own MTP head (targets that carry one)
+LOOKUP = Candidate("lookup", ProposerName.LOOKUP, None)
+MTP = Candidate("mtp", ProposerName.MTP, None)  # the target's own MTP head (targets that carry one)
 
 
 def parse_ks(text: str) -> list:
     """'1,2,4,8' | '1-12' | 'auto' | '1-4,8,auto' → [1, 2, 3, 4, 8, 'auto'] (sorted, unique, auto last).
     Every value is checked against ``limits`` as it is read (``limits.k_list``), so a range like
     '1-1000000000' is refused before anything is built."""
-    ks: set = set()
-    auto = False
-    for k in limits.k_list(text):
-        if k == "auto":
-            auto = True
-        else:
-            ks.add(k)
-    if not ks and not auto:
+    ks = set(limits.k_list(text))
+    if not ks:
         raise ValueError("no K values given")
-    return sorted(ks) + (["auto"] if auto else [])
+    return sorted(k for k in ks if k != AUTO_K) + ([AUTO_K] if AUTO_K in ks else [])
 
 
 def compatible_drafts(target: Model, files: Sequence[Union[str, Path]],
@@ -104,7 +99,7 @@ def select(candidates: Sequence[Candidate], spec: str) -> list[Candidate]:
     for c in candidates:
         by_key.update({c.id: c, Path(c.path).name if c.path else c.id: c})
     by_key.setdefault("lookup", LOOKUP)
-    by_key.update({"auto": c for c in candidates if c.proposer == "auto"})  # (the first's, the pair's own)
+    by_key.update({"auto": c for c in candidates if c.proposer == ProposerName.AUTO})  # (the first's, the pair's own)
     chosen = []
     for name in (s.strip() for s in spec.split(",") if s.strip()):
         if name not in by_key:
@@ -124,7 +119,7 @@ class TuneConfig:
     seed: int = 0
     p_mins: tuple = (DEFAULT_P_MIN,)  # swept for K = auto only (a fixed K ignores p_min)
     k_max: int = DEFAULT_K_MAX
-    rule: str = "rejection"
+    rule: str = Rule.REJECTION
     repeats: int = 1
     warmup: bool = True
     quick: bool = False
@@ -140,7 +135,7 @@ class TuneConfig:
 
     def cells(self) -> list[tuple]:
         """(k, p_min) per cell of one candidate: p_min is None for a fixed K."""
-        return [(k, p) for k in self.ks for p in (self.p_mins if k == "auto" else (None,))]
+        return [(k, p) for k in self.ks for p in (self.p_mins if k == AUTO_K else (None,))]
 
     def describe(self) -> dict:
         d = asdict(replace(self, candidates=[], prompts=[]))
@@ -291,7 +286,7 @@ class _DraftSlot:
         self.original = pair.draft
 
     def use(self, cand: Candidate) -> None:
-        if cand.proposer not in ("draft", "auto"):
+        if cand.proposer not in (ProposerName.DRAFT, ProposerName.AUTO):
             return
         current = self.pair.draft
         if current is not None and Path(current.path).resolve() == Path(cand.path).resolve():
@@ -313,7 +308,8 @@ class _DraftSlot:
 def order_candidates(pair: Pair, candidates: Sequence[Candidate]) -> list[Candidate]:
     """The pair's loaded draft first (no reload), then lookup and MTP, then the others."""
     loaded = str(Path(pair.draft.path).resolve()) if pair.draft is not None else None
-    key = lambda c: (0 if c.path and str(Path(c.path).resolve()) == loaded else 1 if c.proposer in ("lookup", "mtp") else 2)  # noqa: E731
+    key = lambda c: (0 if c.path and str(Path(c.path).resolve()) == loaded  # noqa: E731
+                     else 1 if c.proposer in (ProposerName.LOOKUP, ProposerName.MTP) else 2)
     return sorted(candidates, key=key)
 
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from app.engine import limits
 from app.engine.errors import TandemError
+from app.engine.names import AUTO_K
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,7 +67,7 @@ class PairEntry:
     name: str
     target: str
     draft: str
-    k: Union[int, str] = "auto"
+    k: Union[int, str] = AUTO_K  # an int in limits.RANGES["k"] or "auto" (limits.k_setting)
     use: tuple[str, ...] = ()
     default: bool = False
     offline: bool = False
@@ -174,9 +176,12 @@ def validate_pair(body: dict[str, Any], models: dict[str, Any]) -> None:
     for role in ("target", "draft"):
         if body[role] not in models:
             raise EntryError(f"field {role!r} names {body[role]!r}, which is not a valid [models] entry")
-    k = body.get("k", "auto")
-    if not (k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 64)):
-        raise EntryError(f"field 'k' must be \"auto\" or an integer from 1 to 64 (got {k!r})")
+    k = body.get("k", AUTO_K)
+    try:
+        limits.k_setting(k)
+    except limits.LimitError:
+        lo, hi = limits.RANGES["k"].lo, limits.RANGES["k"].hi
+        raise EntryError(f"field 'k' must be \"auto\" or an integer from {lo:.0f} to {hi:.0f} (got {k!r})") from None
     bad = [u for u in body.get("use", []) if u not in USES]
     if bad:
         raise EntryError(f"field 'use' has unknown uses {bad} (known: {', '.join(USES)})")

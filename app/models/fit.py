@@ -32,6 +32,8 @@ from typing import Any, Optional
 
 from app.engine.llama.memory import DEFAULT_RS_SNAPSHOTS as RS_SNAPSHOTS  # the snapshots the engine asks for
 
+AUTO = "auto"  # GPU layers asked for: as many as fit (else a number, -1 = all)
+
 GIB = 1 << 30
 GPU_RESERVE = GIB
 CACHE_TYPE_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
@@ -196,7 +198,7 @@ def gpu_budget(machine: Machine) -> int:
 
 
 def choose_layers(target: ModelShape, draft: Optional[ModelShape], machine: Machine, s: Settings = Settings(),
-                  want_target: int | str = "auto", want_draft: int | str = "auto") -> Offload:
+                  want_target: int | str = AUTO, want_draft: int | str = AUTO) -> Offload:
     """GPU layers for each model: a number (-1 = all) is taken as given; ``auto`` puts the draft on the GPU first
     (whole, if it fits), then as many target units as fit in what is left. No GPU: auto is 0, and nothing is
     estimated to be on a GPU whatever was given."""
@@ -210,12 +212,12 @@ def choose_layers(target: ModelShape, draft: Optional[ModelShape], machine: Mach
     units_t, units_d = target.n_layers + 1, (draft.n_layers + 1 if draft is not None else 0)
     if draft is None:
         layers_d = 0
-    elif want_draft == "auto":
+    elif want_draft == AUTO:
         layers_d = units_d if machine.gpus and d.total <= budget else 0
     else:
         layers_d = given(int(want_draft), units_d)
     gpu_d = offload_bytes(draft, d, layers_d) if draft is not None and machine.gpus else 0
-    if want_target == "auto":
+    if want_target == AUTO:
         layers_t = fit_units(target, t, budget - gpu_d) if machine.gpus else 0
     else:
         layers_t = given(int(want_target), units_t)
@@ -233,7 +235,7 @@ def _with_remote(target: ModelShape, t: Parts, machine: Machine, want_target: in
     units_t, per = target.n_layers + 1, unit_bytes(target, t)
     rooms = [max(0, r.free - GPU_RESERVE) for r in machine.remote]
     local_rooms = [max(0, g.free - GPU_RESERVE) for g in machine.gpus]
-    if want_target == "auto":
+    if want_target == AUTO:
         local = fit_units(target, t, budget - gpu_d) if machine.gpus else 0
         left, counts = units_t - local, []
         for room in rooms:

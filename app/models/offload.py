@@ -20,7 +20,7 @@ from app.engine.llama.devices import active_backend, gpu_offload_supported
 from app.models import fit
 from app.models.fit import Machine
 
-AUTO = "auto"
+AUTO = fit.AUTO
 Want = Union[int, str]  # a number of layers (-1 = all) or "auto"
 
 

@@ -8,6 +8,11 @@
 - **Body size**: a body over ``max_body`` bytes (8 MiB by default; ``--max-body-mib``, ``TANDEM_MAX_BODY_MIB``)
   gets 413 at once: from ``Content-Length`` before a byte is read, or as soon as a chunked body crosses it.
 
+The API's routes check all three (``Guard.refusal``). The app's own routes (Gradio's page, ``/config``, uploads,
+the queue, files) get the Host and Origin checks from :class:`Protect`, a middleware around the whole server
+that calls the same ``Guard.forbidden``: there the Host is checked unless the app is served beyond loopback with
+a login (``--auth``), which is then the check, as a key is for the API (:func:`page`).
+
 Every refusal is an OpenAI-shaped error body.
 """
 
@@ -17,12 +22,17 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import urlsplit
 
 from fastapi import Request
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.engine.errors import TandemError
+from app.server.openai_format import error_body
 
 MAX_BODY = 8 << 20
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "0:0:0:0:0:0:0:1"})
@@ -84,17 +94,25 @@ class Guard:
         closing = self.drain.refusal()
         if closing is not None:
             return closing
-        host = request.headers.get("host", "")
-        if self.check_host and _hostname(host) not in self.hosts:
-            return Refused(f"Host {host[:80]!r} is not this server: requests must be addressed to "
-                           "127.0.0.1 or localhost")
-        origin = request.headers.get("origin")
-        if origin is not None and not self.origin_ok(origin, host):
-            return Refused(f"cross-origin request from {origin[:80]!r} refused; allow it with --allow-origin "
-                           "or TANDEM_ALLOW_ORIGINS")
+        forbidden = self.forbidden(request.headers)
+        if forbidden is not None:
+            return forbidden
         length = request.headers.get("content-length", "")
         if length.strip().isdigit() and int(length) > self.max_body:
             return self.too_big(int(length))
+        return None
+
+    def forbidden(self, headers: Mapping[str, str]) -> Optional[Refused]:
+        """403 for a request addressed to another Host (DNS rebinding) or sent by a page of another Origin, else
+        None: the one decision the API's routes and :class:`Protect` (every other route) share."""
+        host = headers.get("host", "")
+        if self.check_host and _hostname(host) not in self.hosts:
+            return Refused(f"Host {host[:80]!r} is not this server: requests must be addressed to "
+                           "127.0.0.1 or localhost")
+        origin = headers.get("origin")
+        if origin is not None and not self.origin_ok(origin, host):
+            return Refused(f"cross-origin request from {origin[:80]!r} refused; allow it with --allow-origin "
+                           "or TANDEM_ALLOW_ORIGINS")
         return None
 
     def origin_ok(self, origin: str, host: str) -> bool:
@@ -139,3 +157,49 @@ def max_body(mib: Optional[float] = None) -> int:
 def make(host: Optional[str], api_key: Optional[str], allow: Iterable[str] = (),
          mib: Optional[float] = None) -> Guard:
     return Guard(host=host, allow_origins=origins(allow), max_body=max_body(mib), check_host=not api_key)
+
+
+def page(host: Optional[str], auth: bool, allow: Iterable[str] = ()) -> Guard:
+    """The checks for the app's own routes: Origin always; Host unless the app is served beyond loopback with
+    a login (``--auth``), where the machine's names are not known beforehand and the login is the check (an
+    attacker's page cannot hold the login cookie of this server's origin)."""
+    beyond = (host or "127.0.0.1").lower() not in LOOPBACK_NAMES
+    return Guard(host=host, allow_origins=origins(allow), check_host=not (auth and beyond))
+
+
+class Protect:
+    """ASGI middleware around the whole server: every HTTP request and WebSocket handshake passes
+    ``checks.forbidden`` before any route sees it, or gets 403 naming the refused Host or Origin. Paths in
+    ``api_paths`` (a trailing ``/``: the paths under it) take ``api.forbidden`` instead, the rule their own
+    routes apply (with a key the key is the check), so the API answers exactly as it does on its own."""
+
+    def __init__(self, app: ASGIApp, checks: Guard, api: Optional[Guard] = None,
+                 api_paths: Iterable[str] = ()) -> None:
+        self.app, self.checks, self.api = app, checks, api
+        paths = tuple(api_paths)
+        self.exact = frozenset(p for p in paths if not p.endswith("/"))
+        self.prefixes = tuple(p for p in paths if p.endswith("/"))
+
+    def rule(self, path: str) -> Guard:
+        if self.api is not None and (path in self.exact or path.startswith(self.prefixes)):
+            return self.api
+        return self.checks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):  # lifespan
+            await self.app(scope, receive, send)
+            return
+        refused = self.rule(scope.get("path", "")).forbidden(Headers(scope=scope))
+        if refused is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":  # closed before accept: the server answers the handshake 403
+            await send({"type": "websocket.close", "code": 1008, "reason": str(refused)[:120]})
+        else:
+            body = error_body(str(refused), code=refused.code)
+            await JSONResponse(body, status_code=refused.status)(scope, receive, send)
+
+
+def protect(checks: Guard, api: Optional[Guard] = None, api_paths: Iterable[str] = ()) -> Middleware:
+    """:class:`Protect` as a Starlette middleware entry, e.g. for ``FastAPI(middleware=[...])``, so it is in place
+    before the server answers its first request."""
+    return Middleware(Protect, checks=checks, api=api, api_paths=tuple(api_paths))

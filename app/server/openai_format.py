@@ -11,13 +11,17 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from app.engine.decoding.logprobs import TokenLogprob
+from app.engine.events import StopReason
 from app.engine.summary import Summary
 from app.chat.toolcalls import ToolCall
 
-# the engine's DoneEvent.reason → OpenAI's finish_reason / LM Studio's stop_reason
-FINISH = {"eog": "stop", "stop_string": "stop", "max_tokens": "length", "context": "length", "stopped": "stop"}
-STOP_REASON = {"eog": "eosFound", "stop_string": "stopStringFound", "max_tokens": "maxPredictedTokensReached",
-               "context": "contextLengthReached", "stopped": "userStopped"}
+# the engine's DoneEvent.reason (or "stop_string": the server cut the reply at a stop string) → OpenAI's
+# finish_reason / LM Studio's stop_reason
+FINISH = {StopReason.EOG: "stop", "stop_string": "stop", StopReason.MAX_TOKENS: "length", StopReason.CONTEXT: "length",
+          StopReason.STOPPED: "stop"}
+STOP_REASON = {StopReason.EOG: "eosFound", "stop_string": "stopStringFound",
+               StopReason.MAX_TOKENS: "maxPredictedTokensReached", StopReason.CONTEXT: "contextLengthReached",
+               StopReason.STOPPED: "userStopped"}
 
 
 # --- stop strings --------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from app.engine.summary import Summary
 from app.chat.toolcalls import ToolStyle
 from app.chat.toolparse import ContentDelta, ParsedReply, ToolCallDelta, ToolCallParser
 from app.engine.decoding.grammar import GrammarError
+from app.engine.events import StopReason
+from app.engine.names import ProposerName
 from app.errors import TandemError, api_error
 from app.server import openai_format as F, openai_schema as schema
 from app.service import settings as S
@@ -44,7 +46,7 @@ class Run:
         self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
         if self.draft_model is not None and state.pair.draft_kind != "draft model":
             self.draft_model = f"{self.draft_model} ({state.pair.draft_kind})"  # a Gemma-4 assistant drafter
-        if state.pair is not None and self.cfg.proposer == "mtp":
+        if state.pair is not None and self.cfg.proposer == ProposerName.MTP:
             self.draft_model = f"{state.pair.target.path.name} (MTP head)"
         self.target = state.pair.target if state.pair is not None else None  # for its memory notice
         self.notice_before = self.target.memory_notice() if self.target is not None else None
@@ -173,7 +175,7 @@ class Run:
     def reason(self) -> str:
         if self.cut.end is not None:
             return "stop_string"
-        return self.live.done.reason if self.live and self.live.done else "stopped"
+        return self.live.done.reason if self.live and self.live.done else StopReason.STOPPED
 
     def finish_reason(self) -> str:
         if self.reply is not None and self.reply.finish_reason:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from app.engine.errors import BadInput
 from app.engine.decoding.logprobs import MAX_TOP
+from app.engine.names import Rule
 from app.service import chat, settings as S
 
 Number = Union[StrictInt, float]
@@ -211,7 +212,7 @@ def settings_of(req: _Common, base: dict) -> dict:
     except S.SettingsError as exc:
         raise RequestError(str(exc), param=exc.param if exc.param in chosen else None, code="invalid_value") from None
     if req.rule is None and resolved["seed"] is not None and resolved["temperature"] > 0:
-        resolved["rule"] = "coupled"  # a seed holds whatever the speculation (coupled.py)
+        resolved["rule"] = Rule.COUPLED  # a seed holds whatever the speculation (coupled.py)
     return resolved
 
 

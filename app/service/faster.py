@@ -11,6 +11,7 @@ from typing import Callable, Optional
 from app import paths
 from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
 from app.lab.report import recommendation_line
+from app.engine.names import ProposerName
 from app.models import advice, hardware
 from app.models.catalog import load
 from app.models.fit import FITS, GIB
@@ -64,7 +65,7 @@ def ensure_pair(state: AppState, machine, say: Say) -> str:
 def use_draft(state: AppState, settings: dict) -> str:
     """Load the draft a recommendation names when another one is loaded; a sentence (or "") for the user."""
     loaded = state.pair.draft.path if state.pair is not None and state.pair.draft is not None else None
-    wanted = settings.get("draft") if settings.get("proposer") in ("draft", "auto") else None
+    wanted = settings.get("draft") if settings.get("proposer") in (ProposerName.DRAFT, ProposerName.AUTO) else None
     if not wanted or state.pair is None or (loaded and Path(wanted).resolve() == Path(loaded).resolve()):
         return ""
     try:
@@ -101,7 +102,7 @@ def make_faster(state: AppState, say: Optional[Say] = None, cancel: Optional[thr
                  f"{len(cfg.prompts)} prompts of {cfg.max_tokens} tokens): best was {recommendation_line(rec)}.")
     lines.append(use_draft(state, settings).strip())
     if settings["speculative"]:
-        who = proposer_words(settings["proposer"]) if settings["proposer"] != "draft" else "that draft"
+        who = proposer_words(settings["proposer"]) if settings["proposer"] != ProposerName.DRAFT else "that draft"
         lines.append(f"Chat now uses {who} "
                      f"with K = {settings['k']}. Not saved as a default: run a full sweep in the Benchmark tab, "
                      "or press Use this there, to keep it.")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from app.engine.llama.backend import LoadOptions
+from app.engine.names import AUTO_K
 from app.engine.pair import Pair
 from app.errors import ui_message
 from app.models import offload
@@ -94,7 +95,7 @@ def startup_pair(state: AppState, pair_id: Optional[str]) -> None:
         load_into(state, PairOptions(target, draft, state.gpu_layers, state.target_options.n_ctx,
                                      rpc=state.target_options.rpc), pair_id=entry.id, announce=say)
         warm_up(state)
-        if entry.k not in (None, "auto"):
+        if entry.k not in (None, AUTO_K):
             state.defaults.setdefault("k", entry.k)
         say("pair loaded")
     except Exception as exc:

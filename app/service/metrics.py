@@ -11,8 +11,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from app.engine.events import DoneEvent
+from app.engine.events import DoneEvent, Drafter
 from app.engine.loop import GenConfig
+from app.engine.names import ProposerName
 from app.service.state import AppState
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -56,12 +57,12 @@ class Metrics:
         s = done.stats
         self.generations.labels(mode="speculative" if cfg.speculative else "plain").inc()
         self.emitted.inc(s.tokens)
-        lookup = s.lookup_drafted if cfg.proposer != "lookup" else s.drafted  # (lookup alone: all of them)
-        lookup_ok = s.lookup_accepted if cfg.proposer != "lookup" else s.accepted
-        self.drafted.labels(drafter="draft").inc(s.drafted - lookup)
-        self.drafted.labels(drafter="lookup").inc(lookup)
-        self.accepted.labels(drafter="draft").inc(s.accepted - lookup_ok)
-        self.accepted.labels(drafter="lookup").inc(lookup_ok)
+        lookup = s.lookup_drafted if cfg.proposer != ProposerName.LOOKUP else s.drafted  # (lookup alone: all)
+        lookup_ok = s.lookup_accepted if cfg.proposer != ProposerName.LOOKUP else s.accepted
+        self.drafted.labels(drafter=Drafter.MODEL).inc(s.drafted - lookup)
+        self.drafted.labels(drafter=Drafter.LOOKUP).inc(lookup)
+        self.accepted.labels(drafter=Drafter.MODEL).inc(s.accepted - lookup_ok)
+        self.accepted.labels(drafter=Drafter.LOOKUP).inc(lookup_ok)
         self.passes.inc(s.steps)
         self.drafts.inc(s.spec_steps)
         for i, n in enumerate(s.tested_at):

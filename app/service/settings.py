@@ -11,13 +11,14 @@ from typing import Any, Mapping, Optional
 from app.engine import limits
 from app.engine.errors import BadInput
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
+from app.engine.names import ProposerName
 from app.engine.decoding.sampling import SamplerSettings
 
 _GEN = GenConfig()  # the engine's defaults
 DEFAULTS: dict[str, Any] = {
     "speculative": True,  # speculation on/off
     "proposer": _GEN.proposer,  # "draft" (the draft model), "lookup", "mtp" (the target's MTP head) or "auto" (both)
-    "k": _GEN.k,  # draft length: a positive integer or "auto"
+    "k": _GEN.k,  # draft length: a positive integer or "auto" (limits.k_setting)
     "k_max": DEFAULT_K_MAX,
     "p_min": DEFAULT_P_MIN,
     "rule": _GEN.rule,
@@ -33,10 +34,10 @@ DEFAULTS: dict[str, Any] = {
 }
 # Who drafts, in words: (in a sentence, the short label of a reply line). One table for every place that says it.
 PROPOSER_WORDS: dict[str, tuple[str, str]] = {
-    "draft": ("the draft model", "draft"),
-    "lookup": ("prompt lookup", "prompt lookup"),
-    "mtp": ("the target's MTP head", "MTP head"),
-    "auto": ("auto (prompt lookup or the draft model, per step)", "auto"),
+    ProposerName.DRAFT: ("the draft model", "draft"),
+    ProposerName.LOOKUP: ("prompt lookup", "prompt lookup"),
+    ProposerName.MTP: ("the target's MTP head", "MTP head"),
+    ProposerName.AUTO: ("auto (prompt lookup or the draft model, per step)", "auto"),
 }
 
 
@@ -87,14 +88,10 @@ def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, A
     except (TypeError, ValueError) as exc:
         raise SettingsError(str(exc), param=key) from None
     out["speculative"] = _bool(out["speculative"])
-    k = out["k"]
-    if isinstance(k, str) and k.strip().lower() == "auto":
-        out["k"] = "auto"
-    else:
-        try:
-            out["k"] = _int(k, "k")
-        except ValueError:
-            raise SettingsError(f"k must be a positive integer or 'auto', not {limits.shown(k)}", param="k") from None
+    try:
+        out["k"] = limits.k_setting(out["k"], text=True)
+    except limits.LimitError as exc:
+        raise SettingsError(str(exc), param="k") from None
     seed = out["seed"]
     try:
         out["seed"] = None if seed in (None, "", -1, "-1") else _int(seed, "seed")

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and private: no telemetry calls
 
@@ -134,7 +134,7 @@ def _raw_text(label: str) -> gr.Textbox:
 
 
 def _api_endpoints(state: AppState) -> None:
-    """``/chat`` and ``/compare`` for gradio_client (hidden components, documented in the README)."""
+    """``/chat`` and ``/compare`` for gradio_client (hidden components, documented in docs/api.md)."""
     with gr.Row(visible=False):
         message = _raw_text("message")
         history = gr.JSON(label="history")
@@ -176,7 +176,10 @@ def mount_openai_api(demo: gr.Blocks, state: AppState, host: str, api_key: Optio
 def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, auth: Optional[str] = None,
           pair_id: Optional[str] = None, api_key: Optional[str] = None,
           gpu_layers: tuple = ("auto", "auto"), rpc: tuple = (), api: Optional[Mount] = None,
-          on_shutdown: Optional[Callable[[], None]] = None) -> int:
+          on_shutdown: Optional[Callable[[], None]] = None, middleware: Sequence[Any] = ()) -> int:
+    """``middleware``: the server's checks around every route (Host and Origin: ``app.server.guard``), handed in
+    by the command line like ``api`` and given to Gradio's FastAPI app when it is made, so they are in place
+    before its first request."""
     credentials = None
     if auth:
         user, sep, password = auth.partition(":")
@@ -199,7 +202,8 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
     try:
         demo.launch(server_name=host, server_port=chosen, inbrowser=open_browser, auth=credentials,
                     share=False, show_error=True, quiet=True, theme=theme(), css=panel.CSS, head=panel.HEAD,
-                    footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False, prevent_thread_lock=True)
+                    footer_links=["api"], ssr_mode=False, pwa=False, mcp_server=False, prevent_thread_lock=True,
+                    app_kwargs={"middleware": list(middleware)})
         if api is not None:
             mount_openai_api(demo, state, host, api_key, api)
         _graceful_signals(state, on_shutdown)

@@ -106,7 +106,7 @@ def problem(settings: dict) -> Optional[str]:
     k = settings.get("k")
     if k is not None:
         try:
-            limits.k_value(str(k).strip())
+            limits.k_setting(str(k), text=True)
         except ValueError:
             return f"K must be auto or a whole number from {range_text('k')} (got {limits.shown(k)})."
     try:

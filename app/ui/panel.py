@@ -12,6 +12,7 @@ import html
 from typing import Optional, Sequence
 
 from app.engine.events import KINDS, StopReason, TokenKind
+from app.engine.names import AUTO_K, ProposerName
 from app.engine.summary import Summary
 from app.numfmt import fmt, k_text
 from app.service.settings import proposer_words
@@ -168,7 +169,7 @@ def k_label(k: object, mean_k: Optional[float] = None) -> str:
     return f"K {k_text(k, mean_k=mean_k)}"
 
 
-def reply_line(summary: Summary, speculative: bool, proposer: str = "draft", k: object = "auto",
+def reply_line(summary: Summary, speculative: bool, proposer: str = ProposerName.DRAFT, k: object = AUTO_K,
                saved: Optional[float] = None, saved_kind: Optional[str] = None) -> str:
     """'draft (K 4): 128 of 133 accepted · 41 target passes for 150 tokens · 52.3 tok/s · ≈ 2.3 s saved
     (estimate)'. Seconds saved only when measured or estimated (``saved_kind``)."""
@@ -176,7 +177,8 @@ def reply_line(summary: Summary, speculative: bool, proposer: str = "draft", k: 
     if not speculative:
         return f"plain decoding: {n} tokens in {summary.t_total:.1f} s · {tps:.1f} tok/s"
     who = proposer_words(proposer, short=True)
-    mixed = f" ({summary.lookup_accepted} from lookup)" if proposer == "auto" and summary.lookup_drafted else ""
+    mixed = f" ({summary.lookup_accepted} from lookup)" \
+        if proposer == ProposerName.AUTO and summary.lookup_drafted else ""
     parts = [f"{who} ({k_label(k, summary.mean_k)}): {summary.accepted} of {summary.drafted} accepted{mixed}",
              f"{summary.steps} target passes for {n} tokens", f"{tps:.1f} tok/s"]
     if saved is not None and saved_kind:

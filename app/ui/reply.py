@@ -18,6 +18,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from markdown_it import MarkdownIt
 
+from app.engine.events import Drafter
+
 from app.ui.panel import esc
 
 WINDOW = 400  # how far past the cursor a rendered piece may start (Markdown syntax, link targets…)
@@ -56,7 +58,7 @@ def span(tokens: Sequence[dict], i: int, body: str, extra: str = "") -> str:
     who = tok.get("w")
     if who:
         attrs += f' data-w="{esc(who)}"'
-    lookup = " tdm-lookup" if who == "lookup" else ""
+    lookup = " tdm-lookup" if who == Drafter.LOOKUP else ""
     return f'<span class="tdm-tok tdm-{esc(tok["k"])}{lookup}"{attrs}{extra}>{body}</span>'
 
 

@@ -69,6 +69,14 @@ def test_unreadable_api_key_file(tmp_path):
     one_line(run(["serve", "--api-key-file", str(tmp_path / "missing")]), "API key file")
 
 
+@pytest.mark.parametrize("command", ["serve", "ui"])
+@pytest.mark.parametrize("key", ["   ", ""])
+def test_blank_api_key(command, key):
+    # a key no request could match: refused before anything loads, not served as if it protected /v1
+    one_line(run([command, "--no-browser", "--api-key", key] if command == "ui" else [command, "--api-key", key]),
+             "--api-key", "blank")
+
+
 def test_worker_with_a_bad_device_exits_at_once():
     proc = run(["worker", "--device", "NOPE"])
     one_line(proc, "NOPE")

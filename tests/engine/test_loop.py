@@ -16,17 +16,18 @@ from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN,
 from app.engine.loop import GenConfig, generate
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.lookup import PromptLookupProposer
-from app.engine.drafters.protocol import Draft
+from app.engine.drafters.protocol import Draft, ProposerBase
 from app.engine.decoding.sampling import SamplerSettings
 
 from support.fake_target import FakeTarget
+from support.greedy import RecordingTarget, argmax_misses
 from engine.control.test_draftlen import Sim, auto
 
 GREEDY = SamplerSettings(temperature=0.0)
 PROMPT = [1, 2, 3]
 
 
-class ScriptedProposer:
+class ScriptedProposer(ProposerBase):
     """Drafts the fake's own continuation (``h + 1, h + 2, ...``), except at the draft positions ``wrong[step]``
     lists, where it proposes a token the target will not choose."""
 
@@ -181,8 +182,10 @@ def test_greedy_speculative_equals_plain_on_the_fake():
     for k in (1, 2, 5):
         rng = np.random.default_rng(k)
         wrong = {s: int(rng.integers(0, k)) for s in range(30) if rng.random() < 0.5}
-        spec = done_of(events(FakeTarget(), GenConfig(max_tokens=30, sampler=GREEDY, k=k),
-                              ScriptedProposer(64, wrong=wrong)))
+        target = RecordingTarget(FakeTarget())
+        evs = events(target, GenConfig(max_tokens=30, sampler=GREEDY, k=k), ScriptedProposer(64, wrong=wrong))
+        assert argmax_misses(target.passes, evs) == []  # every token is its verify row's choice
+        spec = done_of(evs)
         assert spec.tokens == plain.tokens and spec.text == plain.text
         assert spec.reason == plain.reason == "max_tokens"
 

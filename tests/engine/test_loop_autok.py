@@ -7,6 +7,8 @@ from app.engine.control.draftlen import CONFIRM, FIRST_K, DraftLength
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, generate
 
+from support.greedy import RecordingTarget, argmax_misses
+
 
 class ScriptedCosts(DraftLength):
     """The real controller, fed scripted timings instead of the machine's (so what it decides does not depend
@@ -37,7 +39,9 @@ def test_paused_auto_k_decodes_plainly_and_identically(smol_pair):
     length = paused_controller()
     length.since_probe = length.gap  # the next step is a free probe: prompt lookup, not the draft model
     cfg = GenConfig(max_tokens=48)
-    events = list(generate(smol_pair.target, prompt, cfg, smol_pair.proposer(cfg), length=length))
+    target = RecordingTarget(smol_pair.target)
+    events = list(generate(target, prompt, cfg, smol_pair.proposer(cfg), length=length))
+    assert argmax_misses(target.passes, events) == []
     tokens = [ev.token for ev in events if isinstance(ev, TokenEvent)]
     steps = [ev for ev in events if isinstance(ev, StepEvent)]
     done = events[-1]

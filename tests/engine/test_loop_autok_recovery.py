@@ -13,7 +13,7 @@ from app.engine import loop
 from app.engine.control.draftlen import BUSY, DraftLength
 from app.engine.events import StepEvent
 from app.engine.loop import GenConfig, generate
-from app.engine.drafters.protocol import Draft
+from app.engine.drafters.protocol import Draft, ProposerBase
 from app.engine.decoding.sampling import SamplerSettings
 from support.fake_target import FakeTarget
 
@@ -48,7 +48,7 @@ class TimedTarget(FakeTarget):
         return super().decode(tokens, logits_for)
 
 
-class TimedDraft:
+class TimedDraft(ProposerBase):
     """A draft that is right except at every ``miss``-th token (acceptance ~ 1 - 1/miss) and costs ``t_d``
     seconds a token; ``time_tokens`` re-measures that cost without proposing (the loop's wake)."""
 

@@ -8,7 +8,7 @@ import pytest
 from app.engine.llama.backend import ContextFullError, Model
 from app.lab.prompts import builtin_suite
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, StepEvent, TokenEvent
-from app.engine.loop import GenConfig, run
+from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.decoding.sampling import SamplerSettings
@@ -16,7 +16,7 @@ from app.engine.decoding.text import Utf8Stream
 from app.engine.llama.vocab import IncompatiblePair
 from app.testing import load_options
 
-from support.greedy import NEAR_TIE, assert_same_greedy, verdict
+from support.greedy import NEAR_TIE, argmax_misses, assert_same_greedy, checked_run, verdict
 
 TOKENS = 48
 
@@ -24,7 +24,7 @@ TOKENS = 48
 def _run(pair: Pair, prompt, **kw):
     pair.reset()
     cfg = GenConfig(**kw)
-    return run(pair.target, prompt, cfg, pair.proposer(cfg))
+    return checked_run(pair.target, prompt, cfg, pair.proposer(cfg))
 
 
 @pytest.mark.parametrize("proposer,k,every", [("draft", "auto", 1), ("draft", 3, 3), ("lookup", 4, 3)])
@@ -39,13 +39,22 @@ def test_greedy_speculative_equals_plain_on_the_suite(smol_pair, proposer, k, ev
             assert stats.drafted > 0
 
 
-def test_greedy_outputs_may_part_only_at_a_gpu_s_near_tie():
+def test_greedy_outputs_may_part_only_at_a_near_tie_on_any_device():
     assert verdict(None, offloaded=False) is None and verdict(None, offloaded=True) is None
-    tie = {"position": 62, "gap": 0.0043}  # seen on an H100: edit-hints, auto with the catch-up window
-    assert "on the CPU greedy speculation must reproduce plain decoding exactly" in verdict(tie, offloaded=False)
-    assert verdict(tie, offloaded=True) is None
+    tie = {"position": 62, "gap": 0.0031}  # seen on an AMD EPYC: edit-hints, auto, K = 4 and auto
+    assert verdict(tie, offloaded=False) is None and verdict(tie, offloaded=True) is None
     clear = {"position": 7, "gap": 2 * NEAR_TIE}
-    assert "parted at token 7" in verdict(clear, offloaded=True) and "not a near-tie" in verdict(clear, offloaded=True)
+    for offloaded in (False, True):
+        assert "parted at token 7" in verdict(clear, offloaded) and "not a near-tie" in verdict(clear, offloaded)
+
+
+def test_the_argmax_check_names_a_token_the_target_did_not_choose():
+    rows = np.zeros((3, 5), dtype=np.float32)
+    rows[0, 2], rows[1, 4], rows[2, 1] = 1.0, 1.0, 1.0  # the pass's choices: 2, then 4, then 1
+    events = [TokenEvent(token=2, text="", kind=ACCEPTED, step=0), TokenEvent(token=4, text="", kind=ACCEPTED, step=0),
+              TokenEvent(token=3, text="", kind=CORRECTED, step=0)]
+    assert argmax_misses([rows], events[:2]) == []
+    assert argmax_misses([rows], events) == ["step 0, row 2: token 3, argmax 1"]
 
 
 def test_target_drafting_for_itself_accepts_nearly_everything(smol_paths):

@@ -32,14 +32,13 @@ def test_the_draft_model_pays_for_what_it_reads():
     dear = StepCosts(tv, t_d, t_s=0.050, t_c=t_c)
     corrected = (4 * t_d + a + 5 * b) + (3 * t_d + a + 4 * b)
     assert best_time([0] * 8, [3, 0, 0, 0, 3, 0, 0, 0], dear) == pytest.approx(corrected)
-    # after a lookup stretch of 6 tokens the draft model must read 7 (t_s + 5 t_c), or only the window's 3
+    # after a lookup stretch of 6 tokens the draft model must read 7 (t_s + 5 t_c)
     lookup, draft = [5, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 2, 1, 0]
-    step = lambda window: best_time(lookup, draft, StepCosts(tv, t_d, t_s, t_c, window))  # noqa: E731
+    step = best_time(lookup, draft, StepCosts(tv, t_d, t_s, t_c))
     after = 2 * t_d + a + 3 * b
-    assert step(None) == pytest.approx(min(a + 6 * b + t_s + 5 * t_c + after, a + 6 * b + 3 * (a + b)))
-    assert step(2) == pytest.approx(a + 6 * b + t_s + t_c + after)
+    assert step == pytest.approx(min(a + 6 * b + t_s + 5 * t_c + after, a + 6 * b + 3 * (a + b)))
     # the draft model extends lookup's match past its end (a dear pass): it reads lookup's 5 tokens first
-    dear_pass = StepCosts(VerifyCost(0.05, b), t_d, t_s, t_c, 8)
+    dear_pass = StepCosts(VerifyCost(0.05, b), t_d, t_s, t_c)
     ext = best_time([5, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 1, 0], dear_pass)
     assert ext == pytest.approx(t_s + 4 * t_c + 2 * t_d + 0.05 + 8 * b)
 

@@ -17,6 +17,7 @@ class FakeTarget:
         self.n_ctx, self.n_vocab, self.eog, self.spread = n_ctx, vocab, eog, spread
         self.path = Path("fake-target.gguf")
         self.recurrent = False
+        self.rollback_limit: Optional[int] = None  # a KV cache: any suffix may be dropped
         self.cached: list[int] = []
         self.passes = 0
 

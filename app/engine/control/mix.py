@@ -9,7 +9,7 @@ the draft's (Leviathan et al.'s i.i.d. assumption, position by position):
     E(n_l, n_d) = 1 + sum_{i=1..n_l} alpha_l^i + alpha_l^n_l * sum_{j=1..n_d} alpha_d^j
     cost(n_l, n_d) = R(p + n_l) [n_d > 0] + (R(p + E) - R(p)) [n_d = 0, the draft model in use]
                      + n_d * t_d + t_v(n_l + n_d + 1)
-    R(n) = t_s min(n - 1, 1) + t_c (min(n, W + 1) - 2)^+   (what reading n unseen tokens costs the draft)
+    R(n) = t_s min(n - 1, 1) + t_c (n - 2)^+   (what reading n unseen tokens costs the draft)
 
 with ``t_v(n)`` what a target pass over ``n`` tokens costs (the verify line ``a + b n`` with each measured
 size's own shape, ``verifycost.py``), and the step takes ``argmax E / cost`` over: no draft (E = 1, cost
@@ -20,10 +20,9 @@ by 1 .. K draft tokens.
 ``p`` is how many history tokens the draft model has not read: 1 in steady state (the pending token, read by
 its first decode), 2 after a fully accepted draft (its own last token and the bonus token: a 2-token batch,
 ``t_s``, on the demo pair's CPU about 17 ms, 1.7 draft tokens, which ``t_d`` leaves out), more after lookup
-steps (``t_c`` a token, a batch: about 0.75 of a draft token there). It reads at most the last ``W`` of them
-and skips the rest (``CATCH_WINDOW``, duo.py), so a lookup step costs the draft model only what it *adds* to
-that reading, R(p + E) - R(p): nothing once a lookup stretch is longer than the window; and a return to the
-draft model is charged what it must read first.
+steps (``t_c`` a token, a batch: about 0.75 of a draft token there). It reads all of them, so a lookup step
+costs the draft model what it *adds* to that reading, R(p + E) - R(p); and a return to the draft model is
+charged what it must read first.
 
 A return to the draft model after a lookup stretch (``p`` > 2) pays its catch-up once and then drafts for a
 run of steps (until lookup takes over again), so the catch-up beyond the steady read is charged shared over
@@ -55,7 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable
 
 BUCKETS = (2, 3, 4, 6, 9, 16)  # match lengths: bucket i holds lengths from BUCKETS[i] up to the next
 # A weak prior per bucket (two judged tokens): the longer the match, the likelier a copy — high enough that a
@@ -121,28 +120,25 @@ def expected_mixed(alpha_l: float, n_l: int, alpha_d: float = 0.0, n_d: int = 0)
     return e
 
 
-def reading(n: float, t_s: float, t_c: float, window: Optional[int] = None) -> float:
+def reading(n: float, t_s: float, t_c: float) -> float:
     """Seconds the draft model spends reading ``n`` history tokens it has not seen before it drafts: nothing
-    for one (its first decode reads it), ``t_s`` for two, ``t_c`` for each further one up to ``window`` + 1
-    (the rest are skipped, draftmodel.py); ``n`` may be an expectation (linear in between)."""
-    if window is not None:
-        n = min(n, window + 1)
+    for one (its first decode reads it), ``t_s`` for two, ``t_c`` for each further one; ``n`` may be an
+    expectation (linear in between)."""
     return t_s * min(max(n - 1, 0.0), 1.0) + t_c * max(n - 2, 0.0)
 
 
 def choose(tv: Callable[[int], float], *, alpha_l: float, n_avail: int, k_d: int, alpha_d: float, t_d: float,
-           t_c: float, can_extend: bool, k_max: int, t_s: float = 0.0, pending: int = 1,
-           window: Optional[int] = None, runs: float = 1.0, regret: float = 0.0) -> Choice:
+           t_c: float, can_extend: bool, k_max: int, t_s: float = 0.0, pending: int = 1, runs: float = 1.0,
+           regret: float = 0.0) -> Choice:
     """The best proposal for one step (see the module docstring): ``tv(n)`` a target pass's cost, ``n_avail``
     lookup tokens the match offers, ``k_d`` the draft model's K (0: it should not draft now),
     ``can_extend``: the match's continuation ended before the draft limit, so draft tokens may follow it;
-    ``pending`` history tokens the draft model has not read (1 in steady state), read at ``t_s``, ``t_c`` and
-    through ``window`` (:func:`reading`), the part of it beyond the steady read shared over ``runs`` draft
-    steps."""
-    catch_up = lambda n: reading(n, t_s, t_c, window) - reading(min(n, 2), t_s, t_c, window)  # noqa: E731
+    ``pending`` history tokens the draft model has not read (1 in steady state), read at ``t_s`` and ``t_c``
+    (:func:`reading`), the part of it beyond the steady read shared over ``runs`` draft steps."""
+    catch_up = lambda n: reading(n, t_s, t_c) - reading(min(n, 2), t_s, t_c)  # noqa: E731
 
     def read(n: float) -> float:  # a catch-up beyond the steady read is shared by the draft steps it enables
-        return reading(min(n, 2), t_s, t_c, window) + catch_up(n) / max(runs, 1.0)
+        return reading(min(n, 2), t_s, t_c) + catch_up(n) / max(runs, 1.0)
 
     plain = Choice(rate=1.0 / tv(1))
     best = plain
@@ -176,7 +172,7 @@ def choose(tv: Callable[[int], float], *, alpha_l: float, n_avail: int, k_d: int
 
 
 def hand_over(tv: Callable[[int], float], *, alpha_d: float, alpha_l: float, j: int, k_d: int, n_avail: int,
-              t_d: float, sunk: float, t_s: float, t_c: float, window: Optional[int] = None) -> int:
+              t_d: float, sunk: float, t_s: float, t_c: float) -> int:
     """After ``j`` draft-model tokens of a step that planned ``k_d``: how many of the ``n_avail`` tokens that
     prompt lookup now offers (the history *and* those ``j`` matched it) should end the proposal instead of
     more drafting; 0: draft on. The same rate as :func:`choose`, E / cost, over what is left to decide:
@@ -192,7 +188,7 @@ def hand_over(tv: Callable[[int], float], *, alpha_d: float, alpha_l: float, j: 
     take = 0
     for m in range(1, n_avail + 1):
         gain = expected_mixed(alpha_l, m) - 1.0
-        extra = reading(2 + gain, t_s, t_c, window) - reading(2, t_s, t_c, window)
+        extra = reading(2 + gain, t_s, t_c) - reading(2, t_s, t_c)
         rate = (e_j + run * gain) / (sunk + tv(j + m + 1) + extra)
         if rate > best * (1 + MARGIN):
             best, take = rate, m

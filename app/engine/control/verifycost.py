@@ -1,5 +1,5 @@
 """What a target pass over ``n`` tokens costs, ``t_v(n)``, as the choices weigh it: the line ``a + b n`` that
-auto K fits over recent passes (``draftlen.py``), with the shape measured for passes of each size.
+auto K fits over recent passes (``costs.py``), with the shape measured for passes of each size.
 
 A line misprices sizes wherever the kernels change with the batch: on this project's CPU a plain step (a
 matrix-vector product) sits about 2 ms below the line through the multi-token passes (19.9 ms against 2 tokens'

@@ -17,9 +17,9 @@ protocol (``common/speculative.cpp``, ``common_speculative_impl_draft_mtp`` with
   drafts (the decode loop's invariant), and its memory must never be cleared from its side (the cells are the
   target's).
 
-:class:`AssistantModel` is that context with the ``Model`` surface :class:`~app.engine.drafters.mtp.MtpProposer` drives
-(``sync``, ``decode``, ``missing``, ``rollback``), so it samples, couples, stops on ``p_min`` and is verified as
-every draft is: the output is the target's, whatever the assistant proposes.
+:class:`AssistantModel` is that context with the ``Model`` surface that :class:`~app.engine.drafters.mtp.MtpProposer`
+drives (``protocol.DraftSource``), so it samples, couples, stops on ``p_min`` and is verified as every draft is:
+the output is the target's, whatever the assistant proposes.
 
 References: llama.cpp ``src/models/gemma4-assistant.cpp``, ``src/llama-model.cpp`` (``create_memory``, the
 shared ``llama_kv_cache_iswa``), ``src/llama-kv-cache.cpp`` (a cache with ``other`` writes no cell),
@@ -88,7 +88,7 @@ class AssistantModel(Model):
 
     def _load(self, options: LoadOptions) -> None:
         t = self.target
-        if getattr(t, "model", None) is None or getattr(t, "ctx", None) is None:
+        if t.model is None or t.ctx is None:
             raise AssistantError(f"{self.path.name}: the target runs on other machines (RPC); an assistant "
                                  "drafter reads the target's cache and cannot reach it there")
         if not nextn.BOUND:
@@ -184,7 +184,7 @@ class AssistantModel(Model):
         rows = self.target.hidden
         if self._tapped and rows is not None:
             rows.assistants -= 1
-            if rows.assistants == 0 and not getattr(self.target, "_closed", True):  # the last one turns them off
+            if rows.assistants == 0 and not self.target.closed:  # the last one turns them off
                 nextn.set_embeddings_nextn(self.target.ctx, False, False)
                 self.target.hidden = None
         super().close()

@@ -11,84 +11,34 @@ from app.engine.decoding.coupled import GumbelNoise, gumbel_max
 from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token, recent_window
 from app.engine.decoding.verify import sample_from
 from app.engine.drafters.kvshare import KvShare
-from app.engine.drafters.protocol import Draft
-from app.engine.llama.backend import Model
+from app.engine.drafters.protocol import Draft, DraftSource, ProposerBase
 
 
-class DraftModelProposer:
+class DraftModelProposer(ProposerBase):
     """A small GGUF model with the target's vocabulary drafts autoregressively.
 
     Its KV cache holds a prefix of the history plus the tokens it drafted last time; on each call it keeps
     the part that still agrees with the history, rolls back the rest, and decodes what it has not seen.
     Drafting stops early when the draft's top probability falls below ``p_min`` (llama.cpp's rule).
-
-    ``window``: when more than this many history tokens are new to the draft (another drafter's accepted
-    tokens, duo.py), it reads only the last ``window`` of them and *skips* the rest: its cache then holds the
-    history with holes (``skips``, history ranges never read), at consecutive positions. Its proposals are
-    conditioned on less, which only changes how good they are: the target verifies every token, and ``q`` is
-    still the distribution each token was drawn from. ``synced`` counts the skipped tokens too, so the catch-up
-    time per token is what a long stretch of other tokens really costs.
     """
 
     name = "draft"
     couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
 
-    def __init__(self, model: Model, p_min: float = 0.0, window: Optional[int] = None,
-                 share: Optional[KvShare] = None):
+    def __init__(self, model: DraftSource, p_min: float = 0.0, share: Optional[KvShare] = None):
         self.model = model
         self.p_min = p_min
         self.share = share  # the target's cache, copied where that saves reading (kvshare.py)
-        self.window: Optional[int] = None
-        self.skips: list[tuple[int, int]] = []  # history ranges [a, b) the draft's cache does not hold
-        self.use_window(window)
-
-    def use_window(self, window: Optional[int]) -> None:
-        """Skip all but the last ``window`` of a long run of unseen tokens (None: read them all; recurrent
-        memory always reads them all)."""
-        self.window = window if window and not self.model.recurrent else None
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
-        self.skips = []
         if warm:
             if self.share is not None:
                 self.share.offer(prompt[:-1], need_logits=False)
             self.model.sync(prompt[:-1], need_logits=False)
 
-    def view(self, history: Sequence[int]) -> list[int]:
-        """``history`` as the draft's cache holds it: without the skipped ranges."""
-        if self.skips and self.skips[-1][1] > len(history):
-            self.skips = []  # a shorter history without begin(): a new one
-        out: list[int] = []
-        at = 0
-        for a, b in self.skips:
-            out.extend(history[at:a])
-            at = b
-        out.extend(history[at:])
-        return out
-
-    def _skip(self, history: Sequence[int]) -> tuple[list[int], int]:
-        """(the view to sync, history tokens new to the draft), skipping all but the last ``window`` of those
-        when there are more."""
-        view = self.view(history)
-        missing = self.model.missing(view)
-        if self.window is None or missing <= self.window + 1:
-            return view, missing
-        start = len(view) - missing  # view index of the first token the draft lacks, then its history index
-        for a, b in self.skips:
-            if a > start:
-                break
-            start += b - a
-        stop = len(history) - self.window - 1  # the last window tokens and the pending one are read
-        end = self.skips[-1][1] if self.skips else 0
-        # the draft lacks tokens before a hole (rolled back), or lacks everything (its cache was emptied, e.g.
-        # by a measurement between two replies): read them all
-        if start < end or stop <= start or start == 0:
-            return view, missing
-        if start == end:
-            self.skips[-1] = (self.skips[-1][0], stop)
-        else:
-            self.skips.append((start, stop))
-        return self.view(history), missing
+    def unread(self, history: Sequence[int]) -> int:
+        """History tokens the draft's cache lacks (1 in steady state: the pending token)."""
+        return self.model.missing(history)
 
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings,
                 rng: np.random.Generator, sample: bool, noise: Optional[GumbelNoise] = None,
@@ -103,8 +53,8 @@ class DraftModelProposer:
         k, reach = min(k, room), min(max(reach, k), room)
         if k <= 0:
             return draft
-        ended = getattr(self.model, "is_eog", None)  # (an MTP head has no vocabulary: the loop cuts there)
-        view, draft.synced = self._skip(history)
+        view = list(history)
+        draft.synced = self.model.missing(view)
         logits = self._read(view)
         draft.t_sync = time.perf_counter() - t0 if draft.synced > 1 else 0.0
         recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
@@ -124,7 +74,7 @@ class DraftModelProposer:
                 draft.q.append(q)
             if recent:
                 recent.append(x)
-            if ended is not None and ended(x):
+            if self.model.is_eog(x):  # (None from an MTP head, which has no vocabulary: the loop cuts there)
                 break  # the reply ends here if the target keeps it: nothing after it can be emitted
             if handoff is not None and j + 1 < reach:
                 more = list(handoff(draft.tokens))[:reach - j - 1]
@@ -143,13 +93,12 @@ class DraftModelProposer:
     def _read(self, view: list[int]):
         """Sync the draft's cache to ``view`` (taking the target's first where that saves reading); the last
         token's logits."""
-        share = self.share if not self.skips else None
-        if share is None:
+        if self.share is None:
             return self.model.sync(view)
-        share.offer(view)
+        self.share.offer(view)
         n, t0 = max(self.model.missing(view), 1), time.perf_counter()
         logits = self.model.sync(view)
-        share.timed_read(n, time.perf_counter() - t0)
+        self.share.timed_read(n, time.perf_counter() - t0)
         return logits
 
     def time_tokens(self, history: Sequence[int], k: int) -> float:

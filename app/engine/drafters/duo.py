@@ -21,6 +21,12 @@ this proposer reads it (``bind``) and follows it while it probes or has not meas
 their verify passes to the controller (the verify cost fit learns from them) but not as the draft's
 acceptance or cost (``Draft.lookup`` tokens are *free* for it). How each lookup proposal fared is read back
 from the history at the next step, per match length.
+
+Design note: after a lookup stretch the draft model reads every token it has not seen. Reading only the last
+few and leaving a hole in its context (its cache then holds the history with gaps) would cost less to read,
+but a draft model conditioned on a history with a hole guesses worse (``scripts/draft_context.py`` measures
+its greedy agreement both ways), and the mix then fills lookup's gaps with plain steps instead of drafts:
+reading everything paid, so there is no such window.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from app.engine.control.draftlen import DraftLength, lower_median
 from app.engine.drafters.kvshare import in_use
 from app.engine.control.mix import Choice, LookupAcceptance, choose, hand_over, reading
 from app.engine.drafters.draftmodel import DraftModelProposer
-from app.engine.drafters.protocol import Draft, end_of_reply
+from app.engine.drafters.protocol import Draft, DraftSource, ProposerBase, end_of_reply
 from app.engine.drafters.rewrite import Rewrites
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.drafters.suffix import Match, SuffixIndex
@@ -46,16 +52,11 @@ from app.engine.control.verifycost import VerifyCost
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
-STEADY_PRIOR = 1.5  # … and reading two costs this many draft tokens (a 2-token batch: measured 1.7)
+STEADY_PRIOR = 1.5  # … and reading two costs this many draft tokens (a 2-token batch)
 # Where the draft model takes a copy of the target's cache (kvshare.py), a catch-up of any length is the copy
-# (about 5 µs a cached token) and one token read, as after a fully kept draft: reading two costs about one draft
-# token (measured 8.5–9.2 ms against 8–9 ms a draft token on the demo pair) and each further one nothing.
+# (microseconds a cached token) and one token read, as after a fully kept draft: reading two costs about one
+# draft token and each further one nothing.
 SHARED_STEADY_PRIOR = 1.0
-# After a lookup stretch the draft model reads all that it has not seen (None). Reading only the last 8 tokens
-# and skipping the rest (``DraftModelProposer.use_window``) was cheaper, but a hole in its context makes it guess
-# far worse (on the demo pair's edit prompts its greedy runs of agreement fell from 12.9 tokens to 3.8:
-# scripts/draft_context.py), and the mix then filled lookup's gaps with plain steps.
-CATCH_WINDOW: Optional[int] = None
 # A return to the draft model after a lookup stretch is charged its catch-up shared over the draft steps that
 # follow it: the mean of the recent runs, with this prior (one run of it) before any was seen.
 RUNS_PRIOR = 4.0
@@ -64,8 +65,8 @@ CATCH_MIN = 8  # catch-ups of at least this many tokens time the per-token cost 
 
 class ReadCosts:
     """What the draft model was timed reading unseen history (mix.reading's ``t_s`` and ``t_c``) and how long
-    its runs between lookup stretches lasted (mix.choose's ``runs``), kept per draft model (``read_costs``), so
-    a generation starts from what the earlier ones measured."""
+    its runs between lookup stretches lasted (mix.choose's ``runs``), kept per draft model (``ReadCostBook``),
+    so a generation starts from what the earlier ones measured."""
 
     def __init__(self, shared: bool = False) -> None:
         self.shared = shared  # the draft model takes the target's cache: the priors of a copy (SHARED_STEADY_PRIOR)
@@ -80,16 +81,17 @@ class ReadCosts:
         return (t_s if t_s is not None else self.priors[0] * t_d, t_c if t_c is not None else self.priors[1] * t_d)
 
 
-_READ_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+class ReadCostBook:
+    """The reading costs measured for each loaded draft model (forgotten with it), kept by whoever hands out the
+    combined drafters (the Pair) so that they carry over from one generation to the next."""
 
+    def __init__(self) -> None:
+        self._costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-def read_costs(model, shared: bool = False) -> ReadCosts:
-    """The reading costs measured for this loaded draft model (forgotten with it), apart while it takes the
-    target's cache (``shared``) and while it reads for itself: a refused copy must not be priced as one."""
-    try:
-        return _READ_COSTS.setdefault(model, {}).setdefault(shared, ReadCosts(shared))
-    except TypeError:  # not weakly referable: costs for this generation only
-        return ReadCosts(shared)
+    def of(self, model: DraftSource, shared: bool = False) -> ReadCosts:
+        """``model``'s costs, apart while it takes the target's cache (``shared``) and while it reads for
+        itself: a refused copy must not be priced as one."""
+        return self._costs.setdefault(model, {}).setdefault(shared, ReadCosts(shared))
 
 
 @dataclass(frozen=True)
@@ -109,19 +111,18 @@ class Proposal:
 @dataclass(frozen=True)
 class Prices:
     """What one step's choices weigh, read once: a target pass's cost ``tv(n)`` (verifycost.py), a draft token
-    ``t_d``, the draft model's reading (``t_s``, ``t_c`` through ``window``: mix.reading), its acceptance
-    ``alpha_d`` and the history tokens it has not read (``pending``)."""
+    ``t_d``, the draft model's reading (``t_s``, ``t_c``: mix.reading), its acceptance ``alpha_d`` and the history
+    tokens it has not read (``pending``)."""
 
     tv: VerifyCost
     t_d: float
     t_s: float
     t_c: float
-    window: Optional[int]
     alpha_d: float
     pending: int
 
 
-class DuoProposer:
+class DuoProposer(ProposerBase):
     """Lookup over the pair's suffix index and the draft model, one of them (or both) each step."""
 
     name = "auto"
@@ -132,10 +133,10 @@ class DuoProposer:
 
     def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
                  costs: Optional[ReadCosts] = None):
+        """``costs``: what the draft model was timed reading (the Pair keeps them: ``ReadCostBook``); fresh ones
+        if None."""
         self.draft, self.index, self.acceptance = draft, index, acceptance
-        self.costs = costs or read_costs(getattr(draft, "model", None), in_use(getattr(draft, "share", None)))
-        if isinstance(draft, DraftModelProposer):
-            draft.use_window(CATCH_WINDOW)
+        self.costs = costs if costs is not None else ReadCosts(in_use(draft.share))
         self.length: Optional[DraftLength] = None
         # the last step's lookup proposals: a lookup prefix and a handoff's tail (judged only if what came before
         # them was kept)
@@ -144,7 +145,6 @@ class DuoProposer:
         self.last_choice = Choice()
         self._run = 0  # steps in a row the draft model drafted, so far
         self._regret = 0.0  # seconds the plain steps since it last drafted lost against it (mix.choose)
-        self._is_eog = getattr(getattr(draft, "model", None), "is_eog", None)  # (None: the loop cuts there)
 
     def bind(self, length: DraftLength) -> None:
         """The draft-length controller of this generation (the loop re-tests a pause on the draft model's
@@ -215,10 +215,9 @@ class DuoProposer:
         """Learn ``t_s`` (reading 2 tokens) and ``t_c`` (each further one: mix.reading) from a timed catch-up."""
         if synced == 2 and t_sync > 0:
             self.costs.steady.append(t_sync)
-        read = min(synced, (getattr(self.draft, "window", None) or synced) + 1)
         t_s = lower_median(self.costs.steady)
-        if read >= CATCH_MIN and t_sync > 0 and t_s is not None:
-            self.costs.catch.append(max(t_sync - t_s, 0.0) / (read - 2))
+        if synced >= CATCH_MIN and t_sync > 0 and t_s is not None:
+            self.costs.catch.append(max(t_sync - t_s, 0.0) / (synced - 2))
 
     def finish(self, history: Sequence[int], end: Optional[int] = None) -> None:
         """The generation ended at ``history``: index all of it (the next request may quote it). ``end``: the
@@ -228,15 +227,15 @@ class DuoProposer:
 
     def _prices(self, ln: DraftLength, history: Sequence[int]) -> Prices:
         t_d = ln.t_d or 0.0
-        return Prices(ln.verify(), t_d, *self.costs.reading(t_d), window=getattr(self.draft, "window", None),
-                      alpha_d=min(ln.alpha, 0.999), pending=self._pending(history))
+        return Prices(ln.verify(), t_d, *self.costs.reading(t_d), alpha_d=min(ln.alpha, 0.999),
+                      pending=self.draft.unread(history))
 
     def _through_end(self, match: Optional[Match]) -> tuple[Optional[Match], bool]:
         """``match`` cut after its first end-of-generation token (nothing after it can be emitted), and whether
         it was: then no draft token may follow it."""
-        if match is None or self._is_eog is None:
+        if match is None:
             return match, False
-        end = end_of_reply(match.tokens, self._is_eog)
+        end = end_of_reply(match.tokens, self.draft.model.is_eog)  # (None from an MTP head: the loop cuts there)
         return (match, False) if end is None else (replace(match, tokens=match.tokens[:end]), True)
 
     def _choose(self, match, k: int, k_d: int, prices: Optional[Prices], ends: bool = False) -> Choice:
@@ -247,14 +246,14 @@ class DuoProposer:
         return choose(p.tv, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
                       n_avail=n_avail, k_d=k_d, alpha_d=p.alpha_d, t_d=p.t_d, t_c=p.t_c,
                       can_extend=n_avail < k and not ends,
-                      k_max=k, t_s=p.t_s, window=p.window, pending=p.pending, runs=self._runs(),
+                      k_max=k, t_s=p.t_s, pending=p.pending, runs=self._runs(),
                       regret=self._regret)
 
     def _handoff(self, p: Prices, start: int, lookup: list, k_d: int, k: int):
         """The draft model's question after each token it drafts (draftmodel.py): does lookup now offer tokens
         worth more than drafting on (mix.hand_over)? Those that follow the history (``start`` tokens),
         ``lookup`` and the drafted tokens in the index."""
-        sunk = reading(p.pending + len(lookup), p.t_s, p.t_c, p.window)
+        sunk = reading(p.pending + len(lookup), p.t_s, p.t_c)
 
         def ask(drafted: Sequence[int]) -> tuple:
             j = len(drafted)
@@ -264,7 +263,7 @@ class DuoProposer:
             match, src = self._rewritten(match, k - len(lookup) - j)
             take = hand_over(p.tv, alpha_d=p.alpha_d, alpha_l=self.acceptance.optimistic(match.length), j=j,
                              k_d=k_d, n_avail=len(match.tokens), t_d=p.t_d, sunk=sunk + j * p.t_d, t_s=p.t_s,
-                             t_c=p.t_c, window=p.window)
+                             t_c=p.t_c)
             if take:
                 self._last.append(Proposal(start, tuple(lookup) + tuple(drafted) + match.tokens[:take],
                                            len(lookup) + j, match.length, src[:take]))
@@ -283,12 +282,6 @@ class DuoProposer:
         """Draft steps a return to the draft model is expected to last (the mean of recent runs)."""
         runs = list(self.costs.runs)
         return (sum(runs) + RUNS_PRIOR) / (len(runs) + 1)
-
-    def _pending(self, history: Sequence[int]) -> int:
-        """History tokens the draft model has not read (1 for a drafter that does not say)."""
-        if not isinstance(self.draft, DraftModelProposer):
-            return 1
-        return self.draft.model.missing(self.draft.view(history))
 
     def _learn(self, history: Sequence[int], end: Optional[int] = None) -> None:
         """How the last step's lookup proposals fared: the history now holds what the target kept of them (and

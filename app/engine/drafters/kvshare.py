@@ -3,15 +3,15 @@ network quantized twice (the demo pair: an F32 target derived from the Q4_1 draf
 
 A draft model must hold the history in its own cache before it drafts: after the target kept a fully accepted
 draft it reads the last draft token and the target's bonus token (2 tokens), and after a stretch of prompt
-lookup's tokens (``duo.py``) it reads all of them. On a CPU that reading is compute-bound: about 4 ms a token
-for the demo pair's Q4_1 draft model, which has no batched matrix kernel there, against 3–5 ms for the F32
-target to verify it. Yet the target has just computed keys and values for exactly those positions. Where the
+lookup's tokens (``duo.py``) it reads all of them. On a CPU that reading is compute-bound: a quantized draft
+model without a batched matrix kernel there reads a token at about the cost of the target verifying it. Yet
+the target has just computed keys and values for exactly those positions. Where the
 two models share the network's shape (architecture, layers, width, attention heads, parameter count: the same
 network at another precision), their caches have the same layout and nearly the same contents, so the draft
-takes a copy of the target's sequence (``llama_state_seq_get_data`` → ``llama_state_seq_set_data``, about 5 µs
-per cached token) and reads only what the target has not (the pending token, and a lookup proposal it drafts
-past). On the demo pair's edit prompts the draft model's greedy runs of agreement with the target were much the
-same with the target's cache as with its own (12.5 and 12.9 tokens, at most 16: ``scripts/draft_context.py``).
+takes a copy of the target's sequence (``llama_state_seq_get_data`` → ``llama_state_seq_set_data``,
+microseconds per cached token) and reads only what the target has not (the pending token, and a lookup
+proposal it drafts past). The draft model guesses about as well from the target's cache as from its own
+(``scripts/draft_context.py`` compares them).
 
 It changes only what the draft model conditions on, never what is emitted: the target verifies every token
 as before, and ``q`` is still the distribution each draft token was drawn from. A copy is taken only when it
@@ -37,12 +37,12 @@ from app.engine.llama.backend import Model
 from app.engine.control.draftlen import lower_median
 from app.engine.llama.llamalog import quiet_logs
 
-READ_PRIOR = 0.5  # before a batched read was timed: a token of a batch costs this share of one read alone (measured 0.47)
+READ_PRIOR = 0.5  # before a batched read was timed: a token of a batch costs this share of one read alone
 
 
 def share_reason(target: Model, draft: Model) -> Optional[str]:
     """Why the draft model cannot take ``target``'s cache (None: it can try; llama.cpp checks the layout)."""
-    if draft._rs is not None or target._rs is not None:
+    if draft.recurrent_memory is not None or target.recurrent_memory is not None:
         return "recurrent memory"
     if target.options.rpc:
         return "the target is split over RPC workers"

@@ -8,21 +8,20 @@ from typing import Sequence
 import numpy as np
 
 from app.engine.decoding.sampling import SamplerSettings
-from app.engine.drafters.protocol import Draft
+from app.engine.drafters.protocol import Draft, ProposerBase
 
 
-class PromptLookupProposer:
+class PromptLookupProposer(ProposerBase):
     """Prompt lookup decoding (Saxena 2023): find the most recent earlier occurrence of the history's last
     n-gram (longest n first) and propose the tokens that followed it. No extra model, no cost to speak of.
     An index from n-gram to its last position is updated incrementally as the history grows. Single-token
-    matches are too unreliable to pay for their verification on a CPU (measured on the built-in suite:
-    median 1.13x with n = 1..3 against 1.18x with n = 2..3), so the shortest match is a bigram."""
+    matches are too unreliable to pay for their verification on a CPU, so the shortest match is a bigram."""
 
     name = "lookup"
     # A pause on its acceptance is re-tested at each generation's start (loop.py) until this many of its tokens
     # were judged: acceptance belongs to the text (an edit request copies, a question does not), and a probe
-    # costs nothing to propose, only its verify slots (the reply's first proposal is often one token after a
-    # code fence, which fails: one probe alone left lookup paused on a reply that copies).
+    # costs nothing to propose, only its verify slots (the reply's first proposal often follows a code fence and
+    # fails, so a single probe would misjudge a reply that copies).
     retest_tokens = 8
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2):

@@ -14,10 +14,10 @@ the single-head mode):
 - the drafted entries pair tokens with the head's rows, not the target's, so they are dropped before the next
   feed even where the target accepts the tokens (unlike a draft model's cache).
 
-:class:`MtpHead` is that context with the small ``Model``-like surface :class:`~app.engine.drafters.protocol.
-DraftModelProposer` drives (``sync``, ``decode``, ``missing``, ``rollback``), so :class:`MtpProposer` samples,
-couples and stops on ``p_min`` exactly as the draft model does, and goes through the same verification: its
-output is the target's, whatever the head proposes.
+:class:`MtpHead` is that context with the small ``Model``-like surface that
+:class:`~app.engine.drafters.draftmodel.DraftModelProposer` drives (``protocol.DraftSource``), so
+:class:`MtpProposer` samples, couples and stops on ``p_min`` exactly as the draft model does, and goes through the
+same verification: its output is the target's, whatever the head proposes.
 
 References: llama.cpp ``common/speculative.cpp`` (``common_speculative_impl_draft_mtp``),
 ``src/models/qwen35.cpp`` (``graph_mtp``), ``src/llama-ext.h``; Gloeckle et al. 2024, "Better & faster large
@@ -33,10 +33,10 @@ import llama_cpp as L
 import numpy as np
 
 from app.engine.llama import nextn
-from app.engine.llama.backend import BackendError, ContextFullError, Model, RollbackError, _common_prefix
+from app.engine.llama.backend import BackendError, ContextFullError, Model, RollbackError, common_prefix
 from app.engine.llama.lifetime import Closable
 from app.engine.drafters.draftmodel import DraftModelProposer
-from app.engine.drafters.protocol import Draft
+from app.engine.drafters.protocol import Draft, DraftSource
 
 # A catch-up of at most this many entries is every step's work for an MTP head (the accepted tokens and the
 # next one: at most the longest draft + 1), so its time counts as drafting; a longer one is a one-off.
@@ -51,8 +51,8 @@ class MtpUnavailable(BackendError):
 
 def mtp_reason(target: Model) -> Optional[str]:
     """Why ``target`` cannot draft for itself, or None if it can."""
-    model = getattr(target, "model", None)
-    if getattr(target, "hidden", None) is not None and (model is None or nextn.n_heads(model) > 0):
+    model = target.model
+    if target.hidden is not None and (model is None or nextn.n_heads(model) > 0):
         return None  # (rows kept for an assistant drafter, assistant.py, are no MTP head)
     if model is None:
         return "this target runs on other machines (RPC); its MTP head is not reachable from here"
@@ -113,7 +113,7 @@ class MtpHead(Closable):
         The target must have decoded ``tokens[:-1]`` (its rows are read)."""
         if len(tokens) - 1 > self.target.n_past:
             raise BackendError(f"the MTP head needs the target's rows up to position {len(tokens) - 2}")
-        keep = min(_common_prefix(self.cached, tokens), self.n_clean)
+        keep = min(common_prefix(self.cached, tokens), self.n_clean)
         if need_logits and tokens:
             keep = min(keep, len(tokens) - 1)
         self.rollback(keep)
@@ -135,7 +135,11 @@ class MtpHead(Closable):
 
     def missing(self, tokens: Sequence[int]) -> int:
         """Entries a :meth:`sync` to ``tokens`` would feed."""
-        return len(tokens) - min(_common_prefix(self.cached, tokens), self.n_clean)
+        return len(tokens) - min(common_prefix(self.cached, tokens), self.n_clean)
+
+    def is_eog(self, token: int) -> Optional[bool]:
+        """None: the head has no vocabulary of its own to tell (the loop cuts the draft at the target's end)."""
+        return None
 
     def rollback(self, n_keep: int) -> None:
         """Drop every entry at positions >= ``n_keep`` (a plain KV cache: checked)."""
@@ -194,8 +198,9 @@ class MtpProposer(DraftModelProposer):
 
     name = "mtp"
 
-    def __init__(self, head: MtpHead, p_min: float = 0.0):
-        super().__init__(head, p_min)  # type: ignore[arg-type]
+    def __init__(self, head: DraftSource, p_min: float = 0.0):
+        """``head``: an :class:`MtpHead`, or an assistant drafter (assistant.py)."""
+        super().__init__(head, p_min)
 
     def propose(self, history: Sequence[int], k: int, sampler, rng, sample: bool, noise=None, handoff=None,
                 reach: int = 0) -> Draft:

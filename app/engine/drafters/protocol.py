@@ -4,10 +4,20 @@ A proposer sees the whole token history (prompt + accepted output) and returns u
 when it has them, the distributions ``q`` they were drawn from (needed by exact rejection sampling; ``None``
 means a deterministic proposal, ``q = onehot``). It keeps whatever cache it has in sync with the history by
 itself, so the decode loop never has to know what kind of proposer it drives. New kinds (cross-tokenizer,
-tree) implement the same three methods. A proposer that sets ``couples = True`` also takes ``noise`` (the
-coupled rule's Gumbel noise, coupled.py) and samples with it; the others' proposals count as deterministic. One
-with ``retest_tokens`` has a pause on its acceptance re-tested at the start of every generation, until that many
-of its tokens were judged (``DraftLength.retest``).
+tree) implement ``begin``, ``propose`` and ``close``; the optional abilities are declared in the protocol with
+the answer of a proposer that lacks them, which :class:`ProposerBase` gives:
+
+- ``couples``: it also takes ``noise`` (the coupled rule's Gumbel noise, coupled.py) and samples with it; the
+  others' proposals count as deterministic;
+- ``retest_tokens``: a pause on its acceptance is re-tested at the start of every generation, until that many
+  of its tokens were judged (``DraftLength.retest``);
+- ``mixes``: it chooses its drafter per step (duo.py): the loop offers it the controller's whole ceiling,
+  ``bind`` hands it the generation's controller and ``finish`` the reply's last tokens;
+- ``time_tokens``: the seconds ``k`` draft decodes take, timed without proposing (the controller re-measures a
+  sleeping draft's cost); a proposer with no model to time answers 0.0.
+
+:class:`DraftSource` is what a model-driven proposer (draftmodel.py) needs of its model: the draft model
+(``backend.Model``), the target's MTP head (mtp.py) and the assistant drafter (assistant.py) all have it.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
+from app.engine.control.draftlen import DraftLength
 from app.engine.decoding.sampling import SamplerSettings
 
 
@@ -40,14 +51,44 @@ class Draft:
         return min(n, self.lookup) + max(0, n - (len(self.tokens) - self.tail))
 
 
-def end_of_reply(tokens: Sequence[int], is_eog: Callable[[int], bool]) -> Optional[int]:
+def end_of_reply(tokens: Sequence[int], is_eog: Callable[[int], Optional[bool]]) -> Optional[int]:
     """How many of ``tokens`` run through the first end-of-generation token (the reply ends there if the target
-    keeps it: nothing after it can be emitted); None without one."""
+    keeps it: nothing after it can be emitted); None without one (or where ``is_eog`` cannot tell: None)."""
     return next((i + 1 for i, tok in enumerate(tokens) if is_eog(tok)), None)
+
+
+class DraftSource(Protocol):
+    """The model a :class:`~app.engine.drafters.draftmodel.DraftModelProposer` drafts with: a cache of a prefix
+    of the history that it syncs, extends one token at a time and rolls back (``backend.Model``'s semantics)."""
+
+    n_ctx: int  # tokens its cache holds
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in its cache."""
+
+    def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
+        """Make the cache hold ``tokens`` (keeping the common prefix); a copy of the last one's logits."""
+
+    def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (-1,)) -> np.ndarray:
+        """Append ``tokens`` to the cache; the logits rows for the positions ``logits_for``."""
+
+    def missing(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens`` a :meth:`sync` would read."""
+
+    def rollback(self, n_keep: int) -> None:
+        """Keep the first ``n_keep`` cached tokens."""
+
+    def is_eog(self, token: int) -> Optional[bool]:
+        """Whether ``token`` ends generation; None where the source has no vocabulary to tell (an MTP head: the
+        loop cuts the draft at the target's end of generation instead)."""
 
 
 class Proposer(Protocol):
     name: str
+    couples: bool  # takes the coupled rule's noise (``propose(..., noise=)``)
+    retest_tokens: int  # a pause on its acceptance is re-tested at each generation's start, this many tokens
+    mixes: bool  # chooses its drafter per step: offered the controller's ceiling, bound to the controller
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         """A new generation starts from ``prompt``. ``warm``: prefill caches now (False while speculation is
@@ -58,5 +99,32 @@ class Proposer(Protocol):
         """Up to ``k`` tokens to follow ``history``. ``sample``: draw from q (rejection sampling) rather
         than take the most likely token."""
 
+    def bind(self, length: DraftLength) -> None:
+        """The draft-length controller of the generation about to begin."""
+
+    def finish(self, history: Sequence[int], end: Optional[int] = None) -> None:
+        """The generation ended at ``history`` (``end``: the end-of-generation token the target chose there)."""
+
+    def time_tokens(self, history: Sequence[int], k: int) -> float:
+        """Seconds for ``k`` draft decodes after ``history``, timed without proposing (0.0: nothing to time)."""
+
     def close(self) -> None:
         """Free what the proposer holds."""
+
+
+class ProposerBase:
+    """The optional abilities of :class:`Proposer` as a proposer without them answers; a proposer that has one
+    overrides it."""
+
+    couples = False
+    retest_tokens = 0
+    mixes = False
+
+    def bind(self, length: DraftLength) -> None:
+        pass
+
+    def finish(self, history: Sequence[int], end: Optional[int] = None) -> None:
+        pass
+
+    def time_tokens(self, history: Sequence[int], k: int) -> float:
+        return 0.0  # no model: drafting costs nothing to re-measure

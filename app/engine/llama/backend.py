@@ -11,7 +11,7 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import llama_cpp as L
 import numpy as np
@@ -77,8 +77,9 @@ def default_threads() -> int:
 class Model(Closable):
     """A loaded GGUF with its own context holding one sequence (id 0)."""
 
-    _rs: Optional[RecurrentMemory] = None  # recurrent memory's book-keeping (None: a KV cache, or a split target)
+    recurrent_memory: Optional[RecurrentMemory] = None  # its book-keeping (None: a KV cache, or a split target)
     hidden: Optional[nextn.HiddenRows] = None  # the rows an MTP head drafts from (None: no MTP head to feed)
+    ctx: Any = None  # the llama.cpp context (None: a split target's runs in its child process, split.py)
 
     def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
         quiet_logs()
@@ -105,7 +106,7 @@ class Model(Closable):
         self.n_rs_seq = int(L.llama_n_rs_seq(self.ctx)) if self.recurrent else 0
         # the longest suffix a verification pass may drop: None = any (a KV cache), 0 = none (no snapshots)
         self.rollback_limit = min(self.n_rs_seq, self.n_batch - 1) if self.recurrent else None
-        self._rs = RecurrentMemory(self.ctx, self.n_rs_seq) if self.recurrent else None
+        self.recurrent_memory = RecurrentMemory(self.ctx, self.n_rs_seq) if self.recurrent else None
         self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
         self.hidden = nextn.tap(self.model, self.ctx, self.meta("general.architecture"), options.load_mtp)
 
@@ -182,8 +183,8 @@ class Model(Closable):
         self.cached.extend(tokens)
         if self.hidden is not None:
             self.hidden.record(n_past, n)
-        if self._rs is not None:
-            self._rs.decoded(n)
+        if self.recurrent_memory is not None:
+            self.recurrent_memory.decoded(n)
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = L.llama_get_logits(self.ctx)
@@ -203,7 +204,7 @@ class Model(Closable):
         """
         if len(tokens) > self.n_ctx:
             raise ContextFullError(f"{len(tokens)} tokens do not fit in the context of {self.n_ctx}")
-        keep = _common_prefix(self.cached, tokens)
+        keep = common_prefix(self.cached, tokens)
         if need_logits and tokens:
             keep = min(keep, len(tokens) - 1)
         self.rollback(keep)
@@ -215,22 +216,22 @@ class Model(Closable):
             rows = self.decode(chunk, (-1,) if last and need_logits else ())
             if last and need_logits:
                 logits = np.array(rows[0], copy=True)
-        if self._rs is not None and self.cached:
-            self._rs.save(len(self.cached))  # where a later rollback past the snapshots restarts from
+        if self.recurrent_memory is not None and self.cached:
+            self.recurrent_memory.save(len(self.cached))  # where a later rollback past the snapshots restarts from
         return logits
 
     def missing(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens`` a :meth:`sync` would decode (those past the common prefix)."""
-        return len(tokens) - _common_prefix(self.cached, tokens)
+        return len(tokens) - common_prefix(self.cached, tokens)
 
     def rollback(self, n_keep: int) -> None:
         """Drop every cached position >= ``n_keep``; checked. Recurrent memory: see ``memory.py``."""
         if n_keep >= len(self.cached):
             return
-        if self._rs is not None:
+        if self.recurrent_memory is not None:
             recurrent_rollback(self, n_keep)
             return
-        if not self._seq_rm(n_keep):
+        if not self.seq_rm(n_keep):
             raise RollbackError(
                 f"{self.path.name}: the KV cache refused to roll back to {n_keep} "
                 "(recurrent/hybrid models cannot drop rejected draft tokens)"
@@ -239,20 +240,22 @@ class Model(Closable):
 
     def memory_counts(self) -> dict:
         """Rollbacks by way (``memory.Way`` -> count) on recurrent memory; empty for a KV cache."""
-        return dict(self._rs.counts) if self._rs is not None else {}
+        return dict(self.recurrent_memory.counts) if self.recurrent_memory is not None else {}
 
     def memory_notice(self) -> Optional[str]:
         """Why this model's sequence had to be decoded again, if it ever had to (said once)."""
-        return self._rs.notice if self._rs is not None else None
+        return self.recurrent_memory.notice if self.recurrent_memory is not None else None
 
-    def _seq_rm(self, n_keep: int) -> bool:
+    def seq_rm(self, n_keep: int) -> bool:
+        """Drop the cached positions >= ``n_keep`` in llama.cpp (``cached`` untouched); whether it did."""
         return bool(L.llama_memory_seq_rm(self.mem, 0, n_keep, -1))
 
     def reset(self) -> None:
         L.llama_memory_clear(self.mem, True)
         self.cached.clear()
-        if self._rs is not None:
-            self._rs.checkpoint, self._rs.pending, self._rs.last_batch = None, False, 0
+        rs = self.recurrent_memory
+        if rs is not None:
+            rs.checkpoint, rs.pending, rs.last_batch = None, False, 0
 
     # --- tokenizer -----------------------------------------------------------------------------------
 
@@ -378,7 +381,7 @@ class Model(Closable):
         L.llama_model_free(self.model)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the common prefix, by bisection on slice equality (C-speed compares)."""
     a, b = list(a), list(b)
     lo, hi = 0, min(len(a), len(b))

@@ -9,6 +9,13 @@ T = TypeVar("T", bound="Closable")
 
 
 class Closable:
+    _closed = True  # until a subclass has loaded what it frees; set again by its close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether nothing is held: closed, or never loaded."""
+        return self._closed
+
     def close(self) -> None:
         raise NotImplementedError
 

@@ -96,15 +96,15 @@ class RecurrentMemory:
 
 def recurrent_rollback(model, n_keep: int) -> None:
     """``model.rollback`` on recurrent memory: in-ubatch snapshots when they reach, else the last checkpoint,
-    else decode the kept prefix again. ``model`` is a ``backend.Model`` whose ``_rs`` is set."""
-    rs: RecurrentMemory = model._rs
+    else decode the kept prefix again. ``model`` is a ``backend.Model`` whose ``recurrent_memory`` is set."""
+    rs: RecurrentMemory = model.recurrent_memory
     cached = model.cached
-    if rs.snapshot_ok(len(cached) - n_keep) and model._seq_rm(n_keep):
+    if rs.snapshot_ok(len(cached) - n_keep) and model.seq_rm(n_keep):
         del cached[n_keep:]
         rs.rolled_back(Way.SNAPSHOT)
         return
     ck = rs.checkpoint
-    if ck is not None and ck.pos <= n_keep and rs.restore() and model._seq_rm(ck.pos):
+    if ck is not None and ck.pos <= n_keep and rs.restore() and model.seq_rm(ck.pos):
         redo, way = cached[ck.pos:n_keep], Way.CHECKPOINT
         del cached[ck.pos:]
     else:

@@ -91,7 +91,7 @@ class SplitTarget(Model):
         self.cached.extend(tokens)
         return self._rows[:n] if rows is None else rows
 
-    def _seq_rm(self, n_keep: int) -> bool:
+    def seq_rm(self, n_keep: int) -> bool:
         return self._ask(("rm", n_keep))
 
     def reset(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from app.engine.drafters.assistant import AssistantError, AssistantModel, gguf_arch, is_assistant
 from app.engine.llama.backend import BackendError, Model
-from app.engine.loop import GenConfig, run
+from app.engine.loop import GenConfig
 from app.engine.drafters.mtp import MtpProposer
 from app.engine.pair import Pair
 from app.engine.decoding.sampling import SamplerSettings
@@ -23,6 +23,7 @@ from support.loopchi2 import assert_pair_keeps_law
 from support.mtpcheck import RecordingMtp, plain_tokens
 from support.tinygemma4 import write_gemma4, write_gemma4_assistant
 from support.tinymtp import write_qwen35_mtp
+from support.greedy import checked_run
 
 PROMPT = "Once upon a time, in a land far away, there was"
 
@@ -76,7 +77,7 @@ def test_gemma4_assistant_greedy_speculative_equals_plain_with_rejections(g4_pai
     plain = plain_tokens(g4_fresh, prompt, 60)
     g4_pair.reset()
     cfg = GenConfig(max_tokens=60, k=k, proposer=proposer)
-    out, stats = run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg), length=g4_pair.draft_length(cfg))
+    out, stats = checked_run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg), length=g4_pair.draft_length(cfg))
     assert out == plain
     if k != "auto":  # auto K may rightly pause on this made-up pair; fixed K must draft and be rejected
         assert stats.drafted > 0 and stats.rejections > 0 and stats.accepted > 0
@@ -88,7 +89,7 @@ def test_gemma4_assistant_hands_over_to_lookup(g4_pair):
     g4_pair.reset()
     prompt = g4_pair.target.tokenize(PROMPT)
     cfg = GenConfig(max_tokens=8, k=3, proposer="draft")
-    out, _ = run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg))
+    out, _ = checked_run(g4_pair.target, prompt, cfg, g4_pair.proposer(cfg))
     history = prompt + out[:2]
     g4_pair.target.rollback(len(history) - 1)  # the target's cache holds the history but its last token, as in a step
     draft = g4_pair.proposer(cfg).propose(history, 2, SamplerSettings(), np.random.default_rng(0), False,
@@ -104,7 +105,7 @@ def test_gemma4_copy_assistant_accepts_everything(g4_files):
         plain = plain_tokens(pair.target, prompt, 40)
         pair.reset()
         cfg = GenConfig(max_tokens=40, k=4, proposer="draft")
-        out, stats = run(pair.target, prompt, cfg, pair.proposer(cfg))
+        out, stats = checked_run(pair.target, prompt, cfg, pair.proposer(cfg))
         assert out == plain and stats.rejections == 0 and stats.acceptance_rate == 1.0 and stats.drafted > 20
 
 
@@ -117,7 +118,7 @@ def test_gemma4_assistant_drafts_equal_a_fresh_target_and_assistant(g4_pair, g4_
     prompt = g4_pair.target.tokenize(PROMPT)
     g4_pair.reset()
     rec = RecordingMtp(g4_pair.draft)
-    _, stats = run(g4_pair.target, prompt, GenConfig(max_tokens=50, k=3, proposer="draft"), rec)
+    _, stats = checked_run(g4_pair.target, prompt, GenConfig(max_tokens=50, k=3, proposer="draft"), rec)
     assert stats.rejections > 3
     checked = 0
     with AssistantModel(g4_files["assistant"], load_options(n_ctx=1024), g4_fresh) as ref:
@@ -140,15 +141,15 @@ def test_gemma4_assistant_chat_prefix_reuse(g4_pair, g4_fresh):
     g4_pair.reset()
     cfg = GenConfig(max_tokens=30, k=3, proposer="draft")
     turn1 = target.tokenize(PROMPT)
-    out1, _ = run(target, turn1, cfg, g4_pair.proposer(cfg))
+    out1, _ = checked_run(target, turn1, cfg, g4_pair.proposer(cfg))
     turn2 = turn1 + out1 + target.tokenize(" And then", add_special=False)
     held = target.n_past
     g4_pair.draft.reset()
     assert target.missing(turn2[:-1]) == len(turn2) - 1 - held  # the first turn is still cached
-    out2, _ = run(target, turn2, cfg, g4_pair.proposer(cfg))
+    out2, _ = checked_run(target, turn2, cfg, g4_pair.proposer(cfg))
     assert out2 == plain_tokens(g4_fresh, turn2, 30)
     rewritten = turn2 + out2[:5] + target.tokenize(" but", add_special=False)
-    out3, _ = run(target, rewritten, cfg, g4_pair.proposer(cfg))
+    out3, _ = checked_run(target, rewritten, cfg, g4_pair.proposer(cfg))
     assert out3 == plain_tokens(g4_fresh, rewritten, 30)
 
 
@@ -168,15 +169,15 @@ def test_gemma4_assistant_swapped_out_and_back(g4_files, smol_paths):
         pair.set_draft(AssistantModel(g4_files["assistant"], load_options(n_ctx=512), pair.target))
         assert pair.target.hidden is not None
         cfg = GenConfig(max_tokens=24, k=2, proposer="draft")
-        assert run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+        assert checked_run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
         pair.set_draft(AssistantModel(g4_files["copy"], load_options(n_ctx=512), pair.target))  # swapped
         pair.target.reset()
-        assert pair.target.hidden is not None and run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+        assert pair.target.hidden is not None and checked_run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
         pair.set_draft(None)
         assert pair.target.hidden is None
         pair.set_draft(AssistantModel(g4_files["assistant"], load_options(n_ctx=512), pair.target))
         pair.target.reset()
-        assert run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
+        assert checked_run(pair.target, prompt, cfg, pair.proposer(cfg))[0] == plain
 
 
 def test_gemma4_compat_check_names_the_assistant(g4_files):

@@ -8,12 +8,12 @@ import numpy as np
 
 from app.engine.llama.backend import LoadOptions, Model
 from app.engine.drafters.kvshare import READ_PRIOR, KvShare, share_reason
-from app.engine.loop import GenConfig, run
+from app.engine.loop import GenConfig
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.decoding.sampling import SamplerSettings
 from app.lab.prompts import builtin_suite
 
-from support.greedy import assert_same_greedy
+from support.greedy import assert_same_greedy, checked_run
 
 GREEDY = SamplerSettings()
 
@@ -44,11 +44,11 @@ def test_greedy_output_with_the_shared_cache_equals_plain(smol_pair):
     for prompt in [p for p in builtin_suite("edit,code") if p.id in ("edit-rename", "edit-class", "code-fib")]:
         tokens = prompt.tokens(smol_pair)
         smol_pair.reset()
-        plain, _ = run(smol_pair.target, tokens, GenConfig(max_tokens=64, speculative=False))
+        plain, _ = checked_run(smol_pair.target, tokens, GenConfig(max_tokens=64, speculative=False))
         for proposer in ("auto", "draft"):
             cfg = GenConfig(max_tokens=64, proposer=proposer)
             smol_pair.reset()
-            spec, _ = run(smol_pair.target, tokens, cfg, smol_pair.proposer(cfg), length=smol_pair.draft_length(cfg))
+            spec, _ = checked_run(smol_pair.target, tokens, cfg, smol_pair.proposer(cfg), length=smol_pair.draft_length(cfg))
             assert_same_greedy(smol_pair, tokens, plain, spec, f"{prompt.id}: {proposer} with a shared cache")
     assert share.pulls > before and share.refused is None
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.engine.llama.backend import Model
-from app.engine.loop import GenConfig, run
+from app.engine.loop import GenConfig
 from app.engine.llama.memory import Way
 from app.engine.drafters.mtp import MtpHead, MtpUnavailable
 from app.engine.pair import Pair
@@ -20,6 +20,7 @@ from app.testing import load_options
 from support.loopchi2 import assert_pair_keeps_law
 from support.mtpcheck import RecordingMtp, plain_tokens
 from support.tinymtp import write_qwen35_mtp
+from support.greedy import checked_run
 
 PROMPT = "Once upon a time, in a land far away, there was"
 
@@ -72,7 +73,7 @@ def test_mtp_greedy_speculative_equals_plain_with_rejections(mtp_pair, mtp_fresh
     mtp_pair.reset()
     before = mtp_pair.target.memory_counts()
     cfg = GenConfig(max_tokens=60, k=k, proposer="mtp")
-    out, stats = run(mtp_pair.target, prompt, cfg, mtp_pair.proposer(cfg))
+    out, stats = checked_run(mtp_pair.target, prompt, cfg, mtp_pair.proposer(cfg))
     assert out == plain
     if k != "auto":  # auto K may rightly pause on this made-up head; fixed K must draft and be rejected
         assert stats.drafted > 0 and stats.rejections > 0 and stats.accepted > 0
@@ -90,7 +91,7 @@ def test_mtp_copy_head_accepts_everything(mtp_files):
         plain = plain_tokens(pair.target, prompt, 40)
         pair.reset()
         cfg = GenConfig(max_tokens=40, k=4, proposer="mtp")
-        out, stats = run(pair.target, prompt, cfg, pair.proposer(cfg))
+        out, stats = checked_run(pair.target, prompt, cfg, pair.proposer(cfg))
         assert out == plain and stats.rejections == 0 and stats.acceptance_rate == 1.0 and stats.drafted > 20
 
 
@@ -102,7 +103,7 @@ def test_mtp_drafts_equal_a_fresh_head_fed_in_one_batch(mtp_pair, mtp_fresh):
     prompt = mtp_pair.target.tokenize(PROMPT)
     mtp_pair.reset()
     rec = RecordingMtp(mtp_pair.mtp_head())
-    run(mtp_pair.target, prompt, GenConfig(max_tokens=40, k=3, proposer="mtp"), rec)
+    checked_run(mtp_pair.target, prompt, GenConfig(max_tokens=40, k=3, proposer="mtp"), rec)
     checked = 0
     with MtpHead(mtp_fresh) as ref:
         for history, drafted in rec.calls[::3]:
@@ -124,16 +125,16 @@ def test_mtp_chat_prefix_reuse(mtp_pair, mtp_fresh):
     mtp_pair.reset()
     cfg = GenConfig(max_tokens=30, k=3, proposer="mtp")
     turn1 = target.tokenize(PROMPT)
-    out1, _ = run(target, turn1, cfg, mtp_pair.proposer(cfg))
+    out1, _ = checked_run(target, turn1, cfg, mtp_pair.proposer(cfg))
     turn2 = turn1 + out1 + target.tokenize(" And then", add_special=False)
     head = mtp_pair.mtp_head()
     assert head.missing(turn2) < len(turn2) - len(turn1)  # the head keeps the first turn
     before = target.memory_counts()
-    out2, _ = run(target, turn2, cfg, mtp_pair.proposer(cfg))
+    out2, _ = checked_run(target, turn2, cfg, mtp_pair.proposer(cfg))
     assert target.memory_counts()[Way.REPREFILL] == before[Way.REPREFILL]
     assert out2 == plain_tokens(mtp_fresh, turn2, 30)
     rewritten = turn2 + out2[:5] + target.tokenize(" but", add_special=False)
-    out3, _ = run(target, rewritten, cfg, mtp_pair.proposer(cfg))
+    out3, _ = checked_run(target, rewritten, cfg, mtp_pair.proposer(cfg))
     assert out3 == plain_tokens(mtp_fresh, rewritten, 30)
 
 

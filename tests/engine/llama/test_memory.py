@@ -11,13 +11,14 @@ import pytest
 
 from app.engine.llama.backend import Model, RollbackError
 from app.engine.events import DoneEvent
-from app.engine.loop import GenConfig, generate, run
+from app.engine.loop import GenConfig, generate
 from app.engine.llama.memory import Way
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.decoding.sampling import SamplerSettings
 from app.testing import load_options
 from support.loopchi2 import assert_keeps_law, two_token_law
 from support.tinyhybrid import write_lfm2
+from support.greedy import checked_run
 
 PROMPT = "Once upon a time, in a land far away, there was"
 
@@ -54,10 +55,10 @@ def test_hybrid_greedy_speculative_equals_plain_with_rejections(hybrid_models, k
     target, draft, _ = hybrid_models
     prompt = target.tokenize(PROMPT)
     _fresh(target)
-    plain, _ = run(target, prompt, GenConfig(max_tokens=60, speculative=False))
+    plain, _ = checked_run(target, prompt, GenConfig(max_tokens=60, speculative=False))
     _fresh(target, draft)
     before_t, before_d = target.memory_counts(), draft.memory_counts()
-    out, stats = run(target, prompt, GenConfig(max_tokens=60, k=k), DraftModelProposer(draft))
+    out, stats = checked_run(target, prompt, GenConfig(max_tokens=60, k=k), DraftModelProposer(draft))
     assert out == plain
     assert stats.rejections > 0 and stats.accepted > 0
     if k > 1:  # a rejection drops draft tokens from the target: llama.cpp's in-ubatch snapshots do it
@@ -70,9 +71,9 @@ def test_hybrid_same_weights_draft_accepts_everything(hybrid_models):
     target, _, same = hybrid_models
     prompt = target.tokenize(PROMPT)
     _fresh(target)
-    plain, _ = run(target, prompt, GenConfig(max_tokens=40, speculative=False))
+    plain, _ = checked_run(target, prompt, GenConfig(max_tokens=40, speculative=False))
     _fresh(target, same)
-    out, stats = run(target, prompt, GenConfig(max_tokens=40, k=4), DraftModelProposer(same))
+    out, stats = checked_run(target, prompt, GenConfig(max_tokens=40, k=4), DraftModelProposer(same))
     assert out == plain and stats.rejections == 0 and stats.acceptance_rate == 1.0
 
 
@@ -80,9 +81,9 @@ def test_hybrid_auto_k_equals_plain(hybrid_models):
     target, draft, _ = hybrid_models
     prompt = target.tokenize(PROMPT)
     _fresh(target)
-    plain, _ = run(target, prompt, GenConfig(max_tokens=50, speculative=False))
+    plain, _ = checked_run(target, prompt, GenConfig(max_tokens=50, speculative=False))
     _fresh(target, draft)
-    out, stats = run(target, prompt, GenConfig(max_tokens=50), DraftModelProposer(draft))
+    out, stats = checked_run(target, prompt, GenConfig(max_tokens=50), DraftModelProposer(draft))
     assert out == plain and stats.tokens == 50
 
 
@@ -91,7 +92,7 @@ def test_hybrid_draft_length_capped_by_snapshots(hybrid_files):
     with Model(t, load_options(n_ctx=512, rs_snapshots=3)) as target, Model(d, load_options(n_ctx=512)) as draft:
         assert target.rollback_limit == 3
         prompt = target.tokenize(PROMPT)
-        plain, _ = run(target, prompt, GenConfig(max_tokens=40, speculative=False))
+        plain, _ = checked_run(target, prompt, GenConfig(max_tokens=40, speculative=False))
         target.reset()
         events = list(generate(target, prompt, GenConfig(max_tokens=40, k=10), DraftModelProposer(draft)))
         steps = [e for e in events if type(e).__name__ == "StepEvent"]
@@ -105,8 +106,8 @@ def test_recurrent_without_snapshots_keeps_the_refusal(hybrid_files):
         assert target.recurrent and target.rollback_limit == 0
         prompt = target.tokenize(PROMPT)
         with pytest.raises(RollbackError, match="cannot roll back"):
-            run(target, prompt, GenConfig(max_tokens=8, k=2), DraftModelProposer(draft))
-        out, _ = run(target, prompt, GenConfig(max_tokens=8, speculative=False))  # plain still works
+            checked_run(target, prompt, GenConfig(max_tokens=8, k=2), DraftModelProposer(draft))
+        out, _ = checked_run(target, prompt, GenConfig(max_tokens=8, speculative=False))  # plain still works
         assert len(out) == 8
 
 
@@ -116,22 +117,22 @@ def test_hybrid_chat_prefix_reuse(hybrid_models):
     target, draft, fresh = hybrid_models
     _fresh(target, draft)
     turn1 = target.tokenize(PROMPT)
-    out1, _ = run(target, turn1, GenConfig(max_tokens=30, k=3), DraftModelProposer(draft))
+    out1, _ = checked_run(target, turn1, GenConfig(max_tokens=30, k=3), DraftModelProposer(draft))
     turn2 = turn1 + out1 + target.tokenize(" And then", add_special=False)
     assert target.missing(turn2[:-1]) == len(turn2) - 1 - len(target.cached)  # the whole history is reused
     before = target.memory_counts()
-    out2, _ = run(target, turn2, GenConfig(max_tokens=30, k=3), DraftModelProposer(draft))
+    out2, _ = checked_run(target, turn2, GenConfig(max_tokens=30, k=3), DraftModelProposer(draft))
     assert target.memory_counts()[Way.REPREFILL] == before[Way.REPREFILL]
     _fresh(fresh)
-    assert out2 == run(fresh, turn2, GenConfig(max_tokens=30, speculative=False))[0]
+    assert out2 == checked_run(fresh, turn2, GenConfig(max_tokens=30, speculative=False))[0]
 
     rewritten = turn2 + out2[:5] + target.tokenize(" but", add_special=False)  # drops most of the reply
     before = target.memory_counts()
-    out3, _ = run(target, rewritten, GenConfig(max_tokens=30, k=3), DraftModelProposer(draft))
+    out3, _ = checked_run(target, rewritten, GenConfig(max_tokens=30, k=3), DraftModelProposer(draft))
     after = target.memory_counts()
     assert after[Way.CHECKPOINT] + after[Way.REPREFILL] > before[Way.CHECKPOINT] + before[Way.REPREFILL]
     _fresh(fresh)
-    assert out3 == run(fresh, rewritten, GenConfig(max_tokens=30, speculative=False))[0]
+    assert out3 == checked_run(fresh, rewritten, GenConfig(max_tokens=30, speculative=False))[0]
 
 
 def test_hybrid_sampling_keeps_the_target_distribution(hybrid_models):

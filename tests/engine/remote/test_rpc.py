@@ -24,7 +24,7 @@ from app.engine.pair import Pair
 from app.engine.llama.placement import HOST, device_of, is_remote
 from app.models import fit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROMPT = "The three primary colours are"
 GEN = 24
 
