@@ -19,7 +19,7 @@ from app.engine.remote import rpc
 
 pytestmark = pytest.mark.hostile  # bad input, a hostile file or a fault: one clear error, nothing lost
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def fake_worker(count: int = 1, memory: tuple[int, int] = (1 << 30, 2 << 30), silent_after: int = 99):
