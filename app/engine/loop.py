@@ -37,7 +37,7 @@ from app.engine.target import Target
 from app.engine.decoding.text import Utf8Stream
 from app.engine.decoding.verify import greedy_accept, rejection_sample, sample_and_match
 
-# Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see README "Choosing K".
+# Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see docs/drafters.md, "Choosing K".
 DEFAULT_K_MAX = 16
 DEFAULT_P_MIN = 0.0
 
