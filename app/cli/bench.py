@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k-max", type=limit("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
     p.add_argument("--p-min", type=limit("p_min"), default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
     p.add_argument("--temperature", type=limit("temperature"), default=0.0)
-    p.add_argument("--rule", choices=[str(r) for r in RULES], default=str(RULES[0]), help="verification at T>0")
+    p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
     p.add_argument("--seed", type=limit("seed"), default=0)
     p.add_argument("--proposer", type=proposer_list, default=(ProposerName.DRAFT,),
                    help="draft (default here): the draft model; auto (the app's and the API's default): prompt "

@@ -64,9 +64,9 @@ class GenConfig:
         limits.check("k_max", self.k_max)
         limits.check("p_min", self.p_min)
         if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {_words(RULES)}, not {self.rule!r}")
+            raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
         if self.proposer not in PROPOSERS:
-            raise ValueError(f"proposer must be one of {_words(PROPOSERS)}, not {self.proposer!r}")
+            raise ValueError(f"proposer must be one of {PROPOSERS}, not {self.proposer!r}")
         if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_TOP):
             raise ValueError(f"top_logprobs must be an integer between 0 and {MAX_TOP}, not {self.logprobs!r}")
         if self.grammar is not None:
@@ -301,11 +301,6 @@ class _Run:
         self.stats.end(self.length.limit())
         yield DoneEvent(reason=self.reason or StopReason.STOPPED, stats=self.stats.summary(baseline_tps),
                         text="".join(self.text), tokens=tuple(self.tokens[len(self.prompt):]))
-
-
-def _words(names: tuple) -> tuple[str, ...]:
-    """The names as the words users type (an enum's repr is not)."""
-    return tuple(map(str, names))
 
 
 def _cut(draft: Draft, n: int) -> Draft:

@@ -42,5 +42,6 @@ class AutoK(StrEnum):
 
 
 AUTO_K = AutoK.AUTO
-PROPOSERS = tuple(ProposerName)
-RULES = tuple(Rule)
+# The words users type, for membership checks (a str enum equals its word), messages and argparse choices.
+PROPOSERS = tuple(p.value for p in ProposerName)
+RULES = tuple(r.value for r in Rule)

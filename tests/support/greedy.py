@@ -45,7 +45,7 @@ class RecordingTarget:
 
     def decode(self, tokens, rows=None):
         logits = self._target.decode(tokens, rows) if rows is not None else self._target.decode(tokens)
-        self.passes.append(np.array(logits, copy=True))
+        self.passes.append(np.array(logits, copy=True))  # a row is a view of llama.cpp's buffer until the next pass
         return logits
 
     def __getattr__(self, name: str):

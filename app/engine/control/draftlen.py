@@ -41,7 +41,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Optional, Union
 
-from app.engine.control.costs import BUSY, CostModel, lower_median  # noqa: F401 (lower_median: for the drafters)
+from app.engine.control.costs import BUSY, CostModel
 from app.engine.control.verifycost import VerifyCost
 from app.engine.names import AUTO_K, StrEnum
 from app.engine.stats import expected_tokens

@@ -40,7 +40,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from app.engine.decoding.coupled import GumbelNoise
-from app.engine.control.draftlen import DraftLength, lower_median
+from app.engine.control.costs import lower_median
+from app.engine.control.draftlen import DraftLength
 from app.engine.drafters.kvshare import in_use
 from app.engine.control.mix import Choice, LookupAcceptance, choose, hand_over, reading
 from app.engine.drafters.draftmodel import DraftModelProposer

@@ -34,7 +34,7 @@ from typing import Optional, Sequence
 import llama_cpp as L
 
 from app.engine.llama.backend import Model
-from app.engine.control.draftlen import lower_median
+from app.engine.control.costs import lower_median
 from app.engine.llama.llamalog import quiet_logs
 
 READ_PRIOR = 0.5  # before a batched read was timed: a token of a batch costs this share of one read alone
