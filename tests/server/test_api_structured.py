@@ -1,6 +1,6 @@
 """Structured output and logprobs through the API, with the real ``openai`` client (#23 items 2 and 3):
 ``response_format`` (json_object, json_schema) and llama.cpp's ``grammar`` / ``json_schema`` fields; output that
-validates with speculation on and off and is identical at T = 0; logprobs of greedy tokens equal the target's
+validates with speculation on and off and is equal at T = 0 (up to near-ties, support.api_greedy); logprobs of greedy tokens equal the target's
 log-softmax, computed here with a plain pass through the engine."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 from app.engine.decoding.logprobs import log_softmax
 
+from support.api_greedy import assert_same_masked, greedy
 from support.schema_check import validate
 
 openai = pytest.importorskip("openai")
@@ -26,17 +27,19 @@ FORMAT = {"type": "json_schema", "json_schema": {"name": "cat", "schema": CAT, "
 
 def test_json_schema_validates_and_speculation_changes_nothing_at_t0(api):
     client = api.client()
-    texts = []
+    texts, replies = [], []
     for extra in ({"speculative": False}, {"k": 4}, {"k": "auto"}):
-        out = client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=120,
-                                             response_format=FORMAT, extra_body=extra)
+        out = greedy(client.chat.completions.create, top=5, model="x", messages=ASK, max_tokens=120,
+                     response_format=FORMAT, extra_body=extra)
         assert out.choices[0].finish_reason == "stop"
         validate(json.loads(out.choices[0].message.content), CAT)
         texts.append(out.choices[0].message.content)
-    assert texts[0] == texts[1] == texts[2]
+        replies.append(out)
+    for spec in replies[1:]:  # equal to plain, up to a near-tie among the tokens the grammar allowed
+        assert_same_masked(replies[0], spec, "speculative against plain under a schema")
     streamed = client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=120,
                                               response_format=FORMAT, stream=True)
-    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == texts[0]
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) in texts
 
 
 def test_json_object_and_the_llamacpp_fields(api):

@@ -102,3 +102,11 @@ def assert_same_greedy(pair, prompt: Sequence[int], plain: Sequence[int], spec: 
         return
     why = verdict(divergence(pair, prompt, plain, spec), gpu_layers() != 0)
     assert why is None, f"{label}: {why}" if label else why
+
+
+def assert_bench_greedy(identical: bool, mismatches: Sequence[dict]) -> None:
+    """A greedy bench's outputs equal plain decoding's, or part from it first at near-ties only (check 2 of the
+    module doc, from bench's own ``mismatches``: prompt, position, gap)."""
+    assert identical == (not mismatches)
+    far = [m for m in mismatches if m["gap"] >= NEAR_TIE]
+    assert not far, f"parted from plain where the target's choice was clear (gap >= {NEAR_TIE}): {far}"
