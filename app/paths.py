@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import platformdirs
 
 from app.engine.errors import TandemError
+
+if sys.platform != "win32":  # Linux and macOS; elsewhere a store is guarded within one process only
+    import fcntl
 
 APP_NAME = "tandem"
 
@@ -148,6 +154,54 @@ def backup_of(path: Path) -> Path:
     return Path(path).with_name(Path(path).name + ".bak")
 
 
+class _Held:
+    """One store's lock in this process: re-entrant for the thread that holds it, with the lock file's
+    descriptor open while any level holds it."""
+
+    def __init__(self) -> None:
+        self.rlock = threading.RLock()
+        self.depth = 0
+        self.fd = -1
+
+
+_held: dict[str, _Held] = {}
+_held_guard = threading.Lock()
+
+
+@contextmanager
+def store_lock(path: Path) -> Iterator[None]:
+    """Hold the store ``path`` for one read-modify-write: against the other threads of this process
+    (re-entrant) and against every other process on the same data folder (``flock`` on ``<name>.lock``). Two
+    processes (the app and ``serve``, two commands) each write a whole file by rename, so without this one
+    would write back what it read before the other's change, and lose it; the kernel drops the lock if the
+    holder is killed."""
+    key = str(Path(path).absolute())
+    with _held_guard:
+        held = _held.setdefault(key, _Held())
+    with held.rlock:
+        held.depth += 1
+        try:
+            if held.depth == 1:
+                held.fd = _lock_file(Path(key))
+            yield
+        finally:
+            held.depth -= 1
+            if held.depth == 0 and held.fd >= 0:
+                os.close(held.fd)  # closing the descriptor releases the flock
+                held.fd = -1
+
+
+def _lock_file(path: Path) -> int:
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    if sys.platform != "win32":
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
 def read_json(path: Path) -> dict:
     """A JSON object stored by ``write_json``; ``{}`` when the file is missing. A file that does not parse (cut
     short, overwritten) is moved aside with a warning and the last good copy (``<name>.bak``, written by every
@@ -166,7 +220,19 @@ def read_json(path: Path) -> dict:
             raise ValueError(f"a JSON {type(data).__name__}, not an object")
         return data
     except ValueError as exc:
-        move_aside(path, _short(exc))
+        with store_lock(path):  # another process may be repairing it too, or have just written a good copy
+            try:
+                data = json.loads(path.read_bytes().decode("utf-8"))
+                if isinstance(data, dict):
+                    return data
+            except (OSError, ValueError):
+                pass
+            if path.exists():
+                move_aside(path, _short(exc))
+            return _restore(path)
+
+
+def _restore(path: Path) -> dict:
     backup = backup_of(path)
     try:
         data = json.loads(backup.read_text(encoding="utf-8"))

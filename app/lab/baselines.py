@@ -25,7 +25,8 @@ def get(key: str) -> Optional[dict]:
 def save(key: str, tps: float, tokens: int, target: str, backend: str) -> dict:
     entry = {"tps": tps, "tokens": tokens, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
              "target": target, "backend": backend}
-    data = paths.read_json(_file())
-    data[key] = entry
-    paths.write_json(_file(), data, indent=1)
+    with paths.store_lock(_file()):  # another process may be saving its own baseline
+        data = paths.read_json(_file())
+        data[key] = entry
+        paths.write_json(_file(), data, indent=1)
     return entry

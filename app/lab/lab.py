@@ -90,7 +90,13 @@ def discover(pair: Pair, on_skip: Optional[Callable[[str, str], None]] = None) -
         elif on_skip:
             on_skip(path.name, reason)
     if changed:
-        paths.write_json(cache_path, cache, indent=1)
+        with paths.store_lock(cache_path):  # merged into what another process may have written meanwhile
+            fresh = paths.read_json(cache_path)
+            slot = fresh.get(_file_key(Path(pair.target.path)))
+            if not isinstance(slot, dict):
+                slot = fresh[_file_key(Path(pair.target.path))] = {}
+            slot.update(verdicts)
+            paths.write_json(cache_path, fresh, indent=1)
     return found
 
 

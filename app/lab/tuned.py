@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import threading
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -25,7 +24,6 @@ from app.models.hardware import ggml_devices
 
 TUNED_FILE = "tuned.json"
 SETTING_KEYS = ("proposer", "draft", "draft_id", "k", "p_min", "expected_speedup")
-_lock = threading.Lock()
 
 
 def _cpu_model() -> str:
@@ -118,7 +116,7 @@ def save_tuned(pair_id: str, settings: dict[str, Any], machine: Optional[dict] =
     machine = machine or machine_info()
     record = dict(settings)
     record.setdefault("tuned_at", time.strftime("%Y-%m-%d %H:%M:%S"))
-    with _lock:
+    with paths.store_lock(tuned_path()):
         data = _read()
         slot = data.setdefault(machine["fingerprint"], {"machine": machine, "pairs": {}})
         slot["machine"] = machine
@@ -142,7 +140,7 @@ def load_tuned(pair_id: Optional[str], machine: Optional[dict] = None) -> Option
 
 def clear_tuned(pair_id: str, machine: Optional[dict] = None) -> bool:
     fp = (machine or machine_info())["fingerprint"]
-    with _lock:
+    with paths.store_lock(tuned_path()):
         data = _read()
         removed = data.get(fp, {}).get("pairs", {}).pop(pair_id, None) is not None
         if removed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -15,8 +15,6 @@ from app import paths
 from app.models import fileops, ggufheader, meta
 from app.models.catalog import Catalog, load
 from app.models.ggufheader import GGUFError
-
-_lock = threading.RLock()
 
 
 class LibraryError(TandemError, ValueError):
@@ -27,6 +25,11 @@ class LibraryError(TandemError, ValueError):
 
 def library_file() -> Path:
     return paths.home() / "library.json"
+
+
+def _locked() -> AbstractContextManager[None]:
+    """The library held for one read-modify-write, by this thread and against other processes."""
+    return paths.store_lock(library_file())
 
 
 def _read() -> dict[str, Any]:
@@ -61,7 +64,7 @@ def slug(text: str) -> str:
 
 def register(model_id: str, path: Path, source: str, **extra: Any) -> dict[str, Any]:
     """Record an installed model (``source``: hub, import, derived)."""
-    with _lock:
+    with _locked():
         data = _read()
         record = {"id": model_id, "path": str(Path(path).resolve()), "source": source, **extra}
         data["models"][model_id] = record
@@ -78,8 +81,7 @@ def installed(cat: Optional[Catalog] = None, with_meta: bool = True) -> list[dic
         if fileops.is_done(path):
             out[entry.id] = {"id": entry.id, "path": str(path), "source": "catalog", "name": entry.name,
                              "repo": entry.repo}
-    with _lock:
-        records = _read()["models"]
+    records = _read()["models"]  # written by rename: a whole file, the old or the new
     for mid, rec in records.items():
         if mid not in out and Path(rec["path"]).is_file():
             out[mid] = dict(rec)
@@ -157,19 +159,20 @@ def delete(model_id: str, cat: Optional[Catalog] = None) -> str:
         raise LibraryError(f"no installed model {model_id!r}")
     path = Path(rec["path"])
     inside = path.resolve().parent == paths.models_dir().resolve()
-    with _lock:
+    with _locked():  # the file goes first: cut short here, a record without its file is not listed
+        if inside:
+            path.unlink(missing_ok=True)
+            fileops.manifest_path(path).unlink(missing_ok=True)
         data = _read()
         data["models"].pop(rec["id"], None)
         _write(data)
     if inside:
-        path.unlink(missing_ok=True)
-        fileops.manifest_path(path).unlink(missing_ok=True)
         return f"deleted {path.name}"
     return f"forgot {rec['id']} (the file {path} was left in place)"
 
 
 def remember_pair(target_id: str, draft_id: str, ok: bool, reason: str, **extra: Any) -> dict[str, Any]:
-    with _lock:
+    with _locked():
         data = _read()
         rec = {"target": target_id, "draft": draft_id, "ok": ok, "reason": reason, **extra}
         data["pairs"][f"{target_id}+{draft_id}"] = rec
@@ -178,5 +181,4 @@ def remember_pair(target_id: str, draft_id: str, ok: bool, reason: str, **extra:
 
 
 def pairs() -> list[dict[str, Any]]:
-    with _lock:
-        return list(_read()["pairs"].values())
+    return list(_read()["pairs"].values())
