@@ -14,7 +14,7 @@ from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, is_assistant
 from app.engine.drafters.mtp import mtp_reason
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.names import AUTO_K, ProposerName
-from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
+from app.lab.bench import NEAR_TIE, REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.prompts import PromptFileError, load_prompts
 from app.models.provision import ensure_pair
@@ -198,5 +198,7 @@ def format_table(r: BenchResult) -> str:
         if ref["kind"] == "bare-spec":
             lines.append(f"reference bare-spec speedup over Tandem's plain decoding: {_f(ref['speedup'], '.2f', 'x')}")
     for m in r.mismatches:
-        lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g})")
+        why = "a near-tie, which kernels may round either way" if m["gap"] < NEAR_TIE else "not a near-tie: a fault"
+        lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g}:"
+                     f" {why})")
     return "\n".join(lines)

@@ -45,6 +45,13 @@ def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig, forget: bool = Tr
     return RunResult(out, stats)
 
 
+# logits: where greedy speculation and plain decoding part, the target's top two must be closer than this. A
+# batched verify pass and a one-token step sum in different orders on different kernels (GPUs and x86 CPUs
+# alike), so a near-tie may break either way: partings were seen at gaps up to 0.086; a real choice is worth
+# whole logits.
+NEAR_TIE = 0.1
+
+
 def divergence(pair: Pair, prompt: Sequence[int], plain: Sequence[int], spec: Sequence[int]) -> Optional[dict]:
     """First position where two outputs differ and the target's top-1 minus top-2 logit there."""
     pos = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)

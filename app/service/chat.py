@@ -84,7 +84,7 @@ def compare_stream(state: AppState, prompt: str, resolved: dict, stop: threading
         jobs.reverse()
     order = "plain, then speculative" if plain_first else "speculative, then plain"
     messages = build_messages([], prompt, resolved["system"])
-    for status, lives in stream(state, lambda pair: pair.chat_prompt(messages), jobs, stop):
+    for status, lives in stream(state, lambda pair: pair.chat_prompt(messages), jobs, stop, judge=True):
         plain, spec = (lives[0], lives[1]) if plain_first else (lives[1], lives[0])
         yield status, plain, spec, order
 
@@ -126,6 +126,9 @@ def compare_payload(plain: Live, spec: Live, resolved: dict, order: str, prompt:
         "spec_text": spec.text,
         "identical": identical if complete else None,
         "first_difference": None if identical or not complete else first_difference(plain_ids, spec_ids),
+        # the target's top-two gap there: a near-tie is rounding, not a fault (greedy runs only)
+        "first_difference_gap": spec.parting.gap if spec.parting and not identical else None,
+        "near_tie": spec.parting.near_tie if spec.parting and not identical else None,
         "speedup": s_tps / p_tps if p_tps and s_tps else None,
         "acceptance_rate": ss.acceptance_rate if ss.drafted else None,  # nothing drafted: no acceptance to show
         "mean_accepted": ss.mean_accepted,

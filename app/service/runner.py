@@ -21,6 +21,7 @@ from app.engine.pair import Pair
 from app.engine.stats import Stats
 from app.engine.summary import Summary
 from app.errors import NoPairLoaded, ui_message
+from app.lab.bench import NEAR_TIE, divergence
 from app.service.state import AppState
 
 _START, _END = "start", "end"
@@ -51,6 +52,7 @@ class Live:
     draft_texts: dict = field(default_factory=dict)  # token index → the draft's rejected proposal, as text
     cached: Optional[int] = None  # prompt tokens the KV cache already held (reused, not processed again)
     pieces: dict = field(default_factory=dict)  # token id → its bytes, for the logprobs' alternatives
+    parting: Optional["Parting"] = None  # where two greedy jobs' outputs parted, and how close the target was there
 
     @property
     def text(self) -> str:
@@ -111,6 +113,16 @@ class PromptCache:
 
 
 @dataclass(frozen=True)
+class Parting:
+    position: int  # the first token where the outputs differ
+    gap: float  # the target's top-1 minus top-2 logit there
+
+    @property
+    def near_tie(self) -> bool:
+        return self.gap < NEAR_TIE
+
+
+@dataclass(frozen=True)
 class Pieces:
     pieces: dict  # token id → bytes (decoded in the worker: piece() is not thread-safe)
 
@@ -145,11 +157,13 @@ PromptFn = Callable[[Pair], Sequence[int]]
 
 
 def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threading.Event,
-           interval: float = 0.1) -> Generator[tuple[RunStatus, list[Live]], None, None]:
+           interval: float = 0.1, judge: bool = False) -> Generator[tuple[RunStatus, list[Live]], None, None]:
     """Yield (status, lives) while the jobs run one after another under the generation lock.
 
     status is a RunStatus: waiting (another generation holds the pair), running or done. Errors (prompt past the
-    context, no pair, bad template…) end the run with ``Live.error`` set on the job that failed."""
+    context, no pair, bad template…) end the run with ``Live.error`` set on the job that failed. ``judge``: when
+    two greedy jobs' outputs differ, measure the target's top-two gap where they part (``Live.parting``): a
+    near-tie that batched and one-token passes round differently, or a real fault."""
     baseline = state.baseline_tps()
     lives = [Live(speculative=j.cfg.speculative, baseline_tps=baseline) for j in jobs]
     q: queue.Queue = queue.Queue()
@@ -176,6 +190,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     raise NoPairLoaded(state.load_error or "no pair is loaded yet; choose one in Pair settings")
                 if pair is not first:  # the pair was switched while this request waited
                     tokens = list(prompt(pair))
+                dones: list[DoneEvent] = []
                 for i, job in enumerate(jobs):
                     if stop.is_set():
                         break
@@ -191,7 +206,12 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                         if isinstance(ev, TokenEvent) and ev.draft_token is not None:
                             q.put((DraftText(ev.index, _text(pair, ev.draft_token)), i, time.perf_counter()))
                         if isinstance(ev, DoneEvent):
+                            dones.append(ev)
                             _notify(state, ev, job.cfg)
+                if judge and not stop.is_set():
+                    parted = _parting(pair, tokens, jobs, dones)
+                    if parted is not None:
+                        q.put((parted, None, time.perf_counter()))
             except Exception as exc:  # shown to the user; the app keeps running
                 q.put((exc, None, None))
             finally:
@@ -222,6 +242,10 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                 lives[current].error = ui_message(item)
                 lives[current].exception = item
                 continue
+            if isinstance(item, Parting):
+                for live in lives:
+                    live.parting = item
+                continue
             lives[idx].add(item, now)
             if time.perf_counter() - last_yield >= interval or isinstance(item, DoneEvent):
                 last_yield = time.perf_counter()
@@ -231,6 +255,14 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
     finally:
         if not finished:
             stop.set()  # the client went away or cancelled: let the worker end and free the pair
+
+
+def _parting(pair: Pair, tokens: Sequence[int], jobs: Sequence[Job], dones: Sequence[DoneEvent]
+             ) -> Optional[Parting]:
+    if len(dones) != 2 or len(jobs) != 2 or not all(j.cfg.sampler.greedy for j in jobs):
+        return None
+    parted = divergence(pair, tokens, dones[0].tokens, dones[1].tokens)
+    return None if parted is None else Parting(parted["position"], parted["gap"])
 
 
 def _notify(state: AppState, done: DoneEvent, cfg: GenConfig) -> None:

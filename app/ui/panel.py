@@ -214,14 +214,27 @@ def compare_row_html(result: dict, spec: Optional[Summary] = None) -> str:
     if result.get("identical") is True:
         badge = '<span class="tdm-badge tdm-badge-ok">✓ identical output</span>'
     elif result.get("identical") is False and result.get("first_difference") is not None:
-        badge = (f'<span class="tdm-badge tdm-badge-diff">✗ outputs differ from token '
-                 f'{int(result["first_difference"]) + 1}</span>')
+        badge = _parting_badge(int(result["first_difference"]) + 1, result.get("first_difference_gap"),
+                               bool(result.get("near_tie")))
     else:
         badge = '<span class="tdm-badge">sampled (T &gt; 0): outputs are not expected to match</span>'
     order = esc(result.get("order", ""))
     note = f'<div class="tdm-note tdm-pause">{esc(pause)}</div>' if pause else ""
     return (f'<div class="tdm-stats">{"".join(items)}</div>{note}<div class="tdm-row">{badge}'
             f'<span class="tdm-muted">order: {order}</span></div>')
+
+
+def _parting_badge(token: int, gap: Optional[float], near_tie: bool) -> str:
+    if gap is None:
+        return f'<span class="tdm-badge tdm-badge-diff">✗ outputs differ from token {token}</span>'
+    if near_tie:  # rounding, not a fault: say so, or the user would distrust every other token
+        why = (f"the target's top two choices there were {gap:.3g} logits apart, a near-tie that a batched pass "
+               "and a one-token step may round either way")
+        return (f'<span class="tdm-badge tdm-badge-tie" title="{esc(why)}">≈ identical until a near-tie at token '
+                f'{token} (gap {gap:.2g})</span>')
+    why = f"the target's top two choices there were {gap:.3g} logits apart: not a rounding tie"
+    return (f'<span class="tdm-badge tdm-badge-diff" title="{esc(why)}">✗ outputs differ from token {token} '
+            f'(gap {gap:.2g}: not a near-tie)</span>')
 
 
 def history_html(history: Sequence[dict]) -> str:

@@ -96,6 +96,7 @@ PANEL_CSS = """
 .tdm-badge{padding:3px 10px;border-radius:999px;font-size:12px;background:var(--background-fill-secondary)}
 .tdm-badge-ok{background:rgba(34,197,94,.22);color:#15803d}.tdm-badge-diff{background:rgba(239,68,68,.18);color:#b91c1c}
 .dark .tdm-badge-ok{color:#86efac}.dark .tdm-badge-diff{color:#fca5a5}
+.tdm-badge-tie{background:rgba(234,179,8,.20);color:#854d0e}.dark .tdm-badge-tie{color:#fde68a}
 .tdm-plot{width:100%;max-width:420px;height:auto}
 .tdm-svg-good{fill:#22c55e}.tdm-svg-bad{fill:#ef4444}.tdm-svg-ref{stroke:#94a3b8;stroke-dasharray:3 3}
 .tdm-svg-axis{stroke:#94a3b8}.tdm-svg-label{font-size:9px;fill:var(--body-text-color-subdued)}

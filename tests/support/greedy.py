@@ -28,10 +28,8 @@ import numpy as np
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, generate
-from app.lab.bench import divergence
+from app.lab.bench import NEAR_TIE, divergence  # the app's own rule (bench and Compare say "a near-tie" by it)
 from app.testing import gpu_layers
-
-NEAR_TIE = 0.1  # logits: above every parting gap measured (see the module doc), far below a real choice
 
 
 class RecordingTarget:
