@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import sys
 import threading
 import time
@@ -78,12 +80,55 @@ def clean_stale_downloads(max_age_s: float = STALE_TEMP_S) -> list[Path]:
     return removed
 
 
+_OWNED = re.compile(r"\.pid(\d+)-[0-9a-f]+\.(part|tmp)$")  # owned_temp's names
+_LEGACY_TMP = re.compile(r"\.tmp(\d+)$")  # the old write_json temp files: named after the process only
+
+
+def owned_temp(path: Path, suffix: str = ".part") -> Path:
+    """A temporary sibling of ``path`` that no other writer shares (two imports of two ``model.gguf`` each get
+    their own), named after this process so that :func:`clean_stale_files` can tell a killed writer's file
+    from one that a live process is still writing."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.pid{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+
+
+def clean_stale_files(max_age_s: float = STALE_TEMP_S) -> list[Path]:
+    """Remove the temporary files killed processes left in the data folder (the top folder, ``models/``,
+    ``pairlab/``, ``downloads/parts/``): a ``.part`` or ``.tmp`` whose owner process is gone, and an unnamed
+    ``.part`` of earlier versions untouched for ``max_age_s``. A file of a live process is never touched.
+    Returns what was removed; run at start."""
+    root = home()
+    folders = [root, root / "models", root / "pairlab", root / "downloads" / "parts"]
+    folders += [d for d in (root / "downloads" / "parts").glob("*") if d.is_dir()]
+    removed, now = [], time.time()
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            owner = _OWNED.search(entry.name) or _LEGACY_TMP.search(entry.name)
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                if owner:
+                    stale = not _alive(int(owner.group(1)))
+                else:
+                    stale = entry.name.endswith(".part") and now - entry.stat().st_mtime > max_age_s
+                if stale:
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+            except OSError:  # gone meanwhile, or not ours to remove
+                continue
+    return removed
+
+
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or no process id at all
         return False
     except OSError:  # another user's process: alive
         return True
@@ -266,7 +311,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def _write_atomic(path: Path, raw: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp = owned_temp(path, ".tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(raw)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from app.cli.args import add_gpu_args, fail, limit
 from app.engine.llama.backend import BackendError
@@ -44,23 +44,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ls = msub.add_parser("list", help="installed models with metadata, and the catalog")
     ls.add_argument("--json", action="store_true")
-    ls.set_defaults(func=cmd_list)
+    ls.set_defaults(func=_recovered(cmd_list))
 
     pull = msub.add_parser("pull", help="download a GGUF from the Hub (HF_ENDPOINT / HF_TOKEN apply), or fetch "
                                         "a catalog model or pair from wherever the catalog says")
     pull.add_argument("repo", help="REPO_ID (owner/name), or a catalog model or pair id")
     pull.add_argument("filename", nargs="?", help="file in the repository")
     pull.add_argument("--revision", default="main")
-    pull.set_defaults(func=cmd_pull)
+    pull.set_defaults(func=_recovered(cmd_pull))
 
     imp = msub.add_parser("import", help="add a local .gguf to the library")
     imp.add_argument("path")
     imp.add_argument("--copy", action="store_true", help="copy it into the models directory")
-    imp.set_defaults(func=cmd_import)
+    imp.set_defaults(func=_recovered(cmd_import))
 
     rm = msub.add_parser("delete", help="delete a model in the models directory, or forget an imported one")
     rm.add_argument("id")
-    rm.set_defaults(func=cmd_delete)
+    rm.set_defaults(func=_recovered(cmd_delete))
 
     chk = msub.add_parser("check", help="is DRAFT compatible with TARGET? (ids, catalog ids or paths)")
     chk.add_argument("target")
@@ -87,6 +87,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     der.add_argument("target")
     der.add_argument("--quant", default="Q4_0", choices=["Q4_0", "Q2_K"])
     der.set_defaults(func=cmd_derive)
+
+
+def _recovered(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command`` after what stopped imports and downloads left is put right (``library.recover``)."""
+    def run(args: argparse.Namespace) -> int:
+        library.recover()
+        return command(args)
+
+    return run
 
 
 def _print_json(data: Any) -> None:

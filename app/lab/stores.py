@@ -8,6 +8,8 @@ line naming it, instead of failing the start or a later request.
 * Registered model files: one whose GGUF header is unreadable or holds a field of the wrong type is listed as
   unusable with the reason (``library.installed``).
 * ``downloads/tmp``: what killed downloads left is removed (``paths.clean_stale_downloads``).
+* ``.part`` and ``.tmp`` files that stopped processes left are removed, and a model file in ``models/`` with no
+  record (a process killed between placing and recording it) is registered (``library.recover``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def check_stores() -> list[str]:
     it is found): the stores moved aside or restored, the registered models that cannot be used."""
     before = len(paths.warnings())
     paths.clean_stale_downloads()
+    library.recover()
     models = library.installed()
     for store in (tuned.tuned_path(), baselines.baseline_path(), artifacts_root() / "compat.json"):
         paths.read_json(store)

@@ -178,9 +178,11 @@ def pull(repo: str, filename: str, revision: str = "main", progress: Optional[Pr
             raise
     _verify(part, rf, want_sha, progress)
     _check_model(part, filename)
-    os.replace(part, dest)
-    fileops.mark_done(dest, want_sha or fileops.sha256_file(dest))
-    library.register(model_id, dest, "hub", repo=repo, file=filename, commit=rf.commit, sha256=want_sha)
+    digest = want_sha or fileops.sha256_file(part, f"hashing {filename}")
+    with library.locked():  # placed and recorded together: no other process sees the file without its record
+        os.replace(part, dest)
+        fileops.mark_done(dest, digest)
+        library.register(model_id, dest, "hub", repo=repo, file=filename, commit=rf.commit, sha256=want_sha)
     return dest
 
 

@@ -2,8 +2,9 @@
 sidecar manifest that makes a finished step instant on re-run.
 
 A finished file ``X`` has a manifest ``X.ok`` (JSON: sha256, size, mtime_ns). A file without a matching
-manifest is never used: it is re-verified (hash) or re-made. Writes go to ``X.part`` and are renamed into
-place only after the checksum matched, so no half file is ever used.
+manifest is never used: it is re-verified (hash) or re-made. Writes go to a ``.part`` file of their own
+(``X.pid<N>-<tag>.part``: two writers never share one, and one a killed process left is cleaned at the next
+start) and are renamed into place only after the checksum matched, so no half file is ever used.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable, Iterator, Optional
 
 from tqdm.auto import tqdm
 
+from app import paths
 from app.engine.errors import TandemError
 
 CHUNK = 1 << 20
@@ -58,8 +60,6 @@ def recorded_sha256(path: Path) -> Optional[str]:
 
 def mark_done(path: Path, sha256: str) -> None:
     st = path.stat()
-    from app import paths
-
     paths.write_text_atomic(manifest_path(path),  # flushed to disk before the rename: never half a manifest
                             json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
 
@@ -85,9 +85,10 @@ def check_free_space(directory: Path, needed: int, margin: int = 64 << 20, what:
 
 @contextmanager
 def atomic_output(dest: Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``dest``; on success it is renamed to ``dest``, on error removed."""
+    """Yield a temporary path of this writer's own next to ``dest``; on success it is renamed to ``dest``, on
+    error removed."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
+    tmp = paths.owned_temp(dest)
     try:
         yield tmp
         os.replace(tmp, dest)

@@ -27,8 +27,9 @@ def library_file() -> Path:
     return paths.home() / "library.json"
 
 
-def _locked() -> AbstractContextManager[None]:
-    """The library held for one read-modify-write, by this thread and against other processes."""
+def locked() -> AbstractContextManager[None]:
+    """The library held for one read-modify-write, by this thread and against other processes; a model file is
+    moved into the models directory and recorded under it, so no other process sees one without the other."""
     return paths.store_lock(library_file())
 
 
@@ -64,7 +65,7 @@ def slug(text: str) -> str:
 
 def register(model_id: str, path: Path, source: str, **extra: Any) -> dict[str, Any]:
     """Record an installed model (``source``: hub, import, derived)."""
-    with _locked():
+    with locked():
         data = _read()
         record = {"id": model_id, "path": str(Path(path).resolve()), "source": source, **extra}
         data["models"][model_id] = record
@@ -123,20 +124,56 @@ def import_gguf(path: Path | str, copy: bool = False, model_id: Optional[str] = 
         m, _ = meta.read(src)
     except GGUFError as exc:
         raise LibraryError(f"cannot import {src.name}: {exc}") from None
-    mid = model_id or slug(src.stem)
-    if find(mid) is not None and Path(find(mid)["path"]).resolve() != src.resolve():
-        mid = f"{mid}-{m.vocab_fingerprint[:6]}"
-    dest = src
-    if copy:
-        dest = paths.models_dir() / (slug(src.stem) + ".gguf")
-        if dest.exists():
-            raise LibraryError(f"{dest.name} is already in the models directory; delete it first")
-        fileops.check_free_space(dest.parent, src.stat().st_size)
-        with fileops.atomic_output(dest) as tmp:
-            shutil.copyfile(src, tmp)
-            _check_copy(src, tmp, m.file_size)
-        fileops.mark_done(dest, fileops.sha256_file(dest, f"hashing {dest.name}"))
-    return register(mid, dest, "import", name=m.name or src.stem, copied=copy)
+    if not copy:
+        with locked():
+            mid = _free_id(model_id or slug(src.stem), src, m.vocab_fingerprint[:6])
+            return register(mid, src, "import", name=m.name or src.stem, copied=False)
+    base = slug(src.stem)
+    fileops.check_free_space(paths.models_dir(), src.stat().st_size)
+    tmp = paths.owned_temp(paths.models_dir() / f"{base}.gguf")  # this import's own: never shared
+    try:
+        shutil.copyfile(src, tmp)
+        _check_copy(src, tmp, m.file_size)
+        digest = fileops.sha256_file(tmp, f"hashing the copy of {src.name}")  # the bytes that will be kept
+        with locked():  # placed, described and recorded together: no other process sees one without the rest
+            dest = _place(tmp, base, digest, src.name)
+            mid = _free_id(model_id or base, dest, m.vocab_fingerprint[:6])
+            return register(mid, dest, "import", name=m.name or src.stem, copied=True, sha256=digest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _place(tmp: Path, base: str, digest: str, shown: str) -> Path:
+    """Move a checked copy into the models directory as ``<base>.gguf`` — or ``<base>-<sha>.gguf`` when a
+    different file already has that name — with its manifest; a file with the same bytes already there is
+    used as it is (registered again if nothing records it). Call with the library held."""
+    for name in (f"{base}.gguf", f"{base}-{digest[:8]}.gguf"):
+        dest = paths.models_dir() / name
+        if not dest.exists():
+            os.replace(tmp, dest)
+            fileops.mark_done(dest, digest)
+            return dest
+        same = fileops.recorded_sha256(dest) if fileops.is_done(dest) else fileops.sha256_file(dest)
+        if same == digest:
+            owner = next((r for r in _read()["models"].values() if Path(r["path"]) == dest.resolve()), None)
+            if owner is not None:
+                raise LibraryError(f"{shown} is already imported as {owner['id']} ({dest.name})")
+            fileops.mark_done(dest, digest)
+            return dest
+    raise LibraryError(f"cannot import {shown}: {base}.gguf and {base}-{digest[:8]}.gguf in the models directory "
+                       "are other files")
+
+
+def _free_id(wanted: str, path: Path, tag: str, also: Optional[dict[str, Any]] = None) -> str:
+    """``wanted``, or ``wanted-<tag>`` (``-2``, ``-3`` …) when another file holds that id. Call with the library
+    held, so that two processes never take one id."""
+    records = [*installed(with_meta=False), *(also or {}).values()]
+    held = {rec["id"]: Path(rec["path"]).resolve() for rec in records}
+    candidates = [wanted, f"{wanted}-{tag}"] + [f"{wanted}-{tag}-{n}" for n in range(2, 1000)]
+    for mid in candidates:
+        if held.get(mid, Path(path).resolve()) == Path(path).resolve():
+            return mid
+    raise LibraryError(f"too many models named {wanted}: delete some first")
 
 
 def _check_copy(src: Path, copied: Path, expected: int) -> None:
@@ -159,7 +196,7 @@ def delete(model_id: str, cat: Optional[Catalog] = None) -> str:
         raise LibraryError(f"no installed model {model_id!r}")
     path = Path(rec["path"])
     inside = path.resolve().parent == paths.models_dir().resolve()
-    with _locked():  # the file goes first: cut short here, a record without its file is not listed
+    with locked():  # the file goes first: cut short here, a record without its file is not listed
         if inside:
             path.unlink(missing_ok=True)
             fileops.manifest_path(path).unlink(missing_ok=True)
@@ -171,8 +208,43 @@ def delete(model_id: str, cat: Optional[Catalog] = None) -> str:
     return f"forgot {rec['id']} (the file {path} was left in place)"
 
 
+def recover(cat: Optional[Catalog] = None) -> list[str]:
+    """Put right what killed imports and downloads left, at start: temporary files whose process is gone are
+    removed (``paths.clean_stale_files``), and a model in the models directory that nothing records (a process
+    killed between placing the file and recording it, or a file put there by hand) is registered, so that
+    ``list`` shows it and ``delete`` removes it. One line each, on stderr and in the returned list."""
+    lines = []
+    removed = paths.clean_stale_files()
+    if removed:
+        lines.append(f"removed {len(removed)} unfinished file{'s' if len(removed) > 1 else ''} that stopped "
+                     f"processes left in {paths.home()}: {', '.join(sorted(p.name for p in removed))[:300]}")
+    cat = cat or load()
+    catalog_files = {entry.file for entry in cat.models.values()}
+    with locked():
+        data = _read()
+        known = {Path(rec["path"]).resolve() for rec in data["models"].values()}
+        found = []
+        for path in sorted(paths.models_dir().glob("*.gguf")):
+            if path.name not in catalog_files and path.is_file() and path.resolve() not in known:
+                mid = _free_id(slug(path.stem), path, "found", data["models"])
+                data["models"][mid] = {"id": mid, "path": str(path.resolve()), "source": "import",
+                                       "name": path.stem, "copied": True}
+                found.append((path.name, mid))
+        if found:
+            _write(data)
+        for manifest in paths.models_dir().glob("*.gguf.ok"):  # a deleted model's description, left behind
+            if not manifest.with_name(manifest.name[:-3]).exists():
+                manifest.unlink(missing_ok=True)
+    for name, mid in found:
+        lines.append(f"{name} was in the models folder with no record (an import or download cut short); "
+                     f"registered it as {mid} — `launcher.py models delete {mid}` removes it")
+    for line in lines:
+        paths.warn(line)
+    return lines
+
+
 def remember_pair(target_id: str, draft_id: str, ok: bool, reason: str, **extra: Any) -> dict[str, Any]:
-    with _locked():
+    with locked():
         data = _read()
         rec = {"target": target_id, "draft": draft_id, "ok": ok, "reason": reason, **extra}
         data["pairs"][f"{target_id}+{draft_id}"] = rec

