@@ -30,7 +30,7 @@ from app.engine.decoding.grammar import GrammarSpec, GrammarTrack, MaskedRows, c
 from app.engine.decoding.logprobs import MAX_TOP, token_logprob
 from app.engine.drafters.lookup import PromptLookupProposer
 from app.engine.drafters.protocol import Draft, Proposer, end_of_reply
-from app.engine.names import PROPOSERS, RULES, ProposerName, Rule
+from app.engine.names import AUTO_K, PROPOSERS, RULES, ProposerName, Rule
 from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats, Summary
 from app.engine.target import Target
@@ -47,12 +47,11 @@ class GenConfig:
     max_tokens: int = 256
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     speculative: bool = True
-    proposer: str = "auto"  # "auto" (lookup or the draft model, per step; lookup without a draft), "draft", "lookup", "mtp"
-    k: Union[int, str] = "auto"  # a fixed draft length, or "auto"
+    proposer: str = ProposerName.AUTO  # who drafts (names.ProposerName; a str enum, so the words users type work)
+    k: Union[int, str] = AUTO_K  # a fixed draft length, or AUTO_K ("auto")
     k_max: int = DEFAULT_K_MAX  # ceiling for auto
     p_min: float = DEFAULT_P_MIN  # auto: stop drafting below this draft confidence
-    rule: str = "rejection"  # T > 0: "rejection" (exact speculative sampling), "match" (llama.cpp's) or
-    # "coupled" (Gumbel-max with noise fixed by (seed, position): the same text with speculation on or off)
+    rule: str = Rule.REJECTION  # T > 0: the verification rule (names.Rule)
     grammar: Optional[GrammarSpec] = None  # the output must match this grammar (grammar.py)
     logprobs: Optional[int] = None  # None: off; n (0..20): each token's logprob and the n likeliest tokens
 

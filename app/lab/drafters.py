@@ -20,6 +20,7 @@ import numpy as np
 
 from app.engine.drafters.kvshare import in_use
 from app.engine.loop import GenConfig
+from app.engine.names import AUTO_K
 from app.engine.pair import Pair
 from app.engine.stats import median
 from app.lab import oracle
@@ -135,7 +136,7 @@ def hindsight_bound(pair: Pair, prompt: list, output: list, cfg: Optional[GenCon
     """(the hindsight bound's speedup, its gain over the better single drafter's own hindsight bound) for one
     prompt (oracle.py), with the costs auto K measured in this sitting, auto's draft model reading all it has
     not seen; Nones unless auto ran greedy at auto K with a draft model and the costs are measured."""
-    if cfg is None or not cfg.sampler.greedy or cfg.k != "auto" or pair.draft is None or not output:
+    if cfg is None or not cfg.sampler.greedy or cfg.k != AUTO_K or pair.draft is None or not output:
         return None, None
     length = pair.draft_length(cfg)
     if length is None or not length.measured():

@@ -12,6 +12,7 @@ from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_t
 from app.engine.decoding.verify import sample_from
 from app.engine.drafters.kvshare import KvShare
 from app.engine.drafters.protocol import Draft, DraftSource, ProposerBase
+from app.engine.names import ProposerName
 
 
 class DraftModelProposer(ProposerBase):
@@ -22,7 +23,7 @@ class DraftModelProposer(ProposerBase):
     Drafting stops early when the draft's top probability falls below ``p_min`` (llama.cpp's rule).
     """
 
-    name = "draft"
+    name = ProposerName.DRAFT
     couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
 
     def __init__(self, model: DraftSource, p_min: float = 0.0, share: Optional[KvShare] = None):

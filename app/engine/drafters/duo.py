@@ -50,6 +50,7 @@ from app.engine.drafters.rewrite import Rewrites
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.drafters.suffix import Match, SuffixIndex
 from app.engine.control.verifycost import VerifyCost
+from app.engine.names import ProposerName
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
@@ -126,7 +127,7 @@ class Prices:
 class DuoProposer(ProposerBase):
     """Lookup over the pair's suffix index and the draft model, one of them (or both) each step."""
 
-    name = "auto"
+    name = ProposerName.AUTO
     couples = True  # the draft model's tokens sample with the coupled rule's noise; lookup's are deterministic
     mixes = True  # the loop hands it the draft limit; it reads the controller's K for the draft model itself
     retest_tokens = 1  # a pause on acceptance is re-tested at each generation's start (loop.py), by one probe

@@ -37,6 +37,7 @@ from app.engine.llama.backend import BackendError, ContextFullError, Model, Roll
 from app.engine.llama.lifetime import Closable
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.protocol import Draft, DraftSource
+from app.engine.names import ProposerName
 
 # A catch-up of at most this many entries is every step's work for an MTP head (the accepted tokens and the
 # next one: at most the longest draft + 1), so its time counts as drafting; a longer one is a one-off.
@@ -196,7 +197,7 @@ class MtpProposer(DraftModelProposer):
     :class:`MtpHead`. Its catch-up on the tokens just accepted is part of every step's cost here (the
     drafted entries are never kept), so it is timed as drafting, not as a one-off."""
 
-    name = "mtp"
+    name = ProposerName.MTP
 
     def __init__(self, head: DraftSource, p_min: float = 0.0):
         """``head``: an :class:`MtpHead`, or an assistant drafter (assistant.py)."""
