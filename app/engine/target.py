@@ -8,7 +8,7 @@ appends at the end of what is cached, ``rollback(n)`` keeps the first ``n`` cach
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -20,6 +20,7 @@ class Target(Protocol):
     # the longest suffix a verification pass may drop: None for a KV cache (any), 0 for recurrent memory without
     # snapshots (none)
     rollback_limit: Optional[int]
+    vocab: Any  # llama.cpp's vocabulary handle, which a grammar compiles against; None for a target without one
 
     def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
         """Make the cache hold exactly ``tokens`` (keeping the common prefix)."""

@@ -129,10 +129,9 @@ class Pieces:
 
 def _reused(pair: Pair, tokens: Sequence[int]) -> int:
     """Prompt tokens the target's cache already holds (the loop re-decodes at least the last one)."""
-    missing = getattr(pair.target, "missing", None)
-    if missing is None or not tokens:
+    if not tokens:
         return 0
-    return max(0, min(len(tokens) - 1, len(tokens) - missing(tokens)))
+    return max(0, min(len(tokens) - 1, len(tokens) - pair.target.missing(tokens)))
 
 
 def _pieces(pair: Pair, ev: TokenEvent) -> Optional[Pieces]:

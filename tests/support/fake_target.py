@@ -13,6 +13,8 @@ from app.engine.llama.backend import ContextFullError
 
 
 class FakeTarget:
+    vocab = None  # no llama.cpp vocabulary: a grammar cannot compile for it
+
     def __init__(self, n_ctx: int = 64, vocab: int = 64, eog: int = -1, spread: float = 4.0):
         self.n_ctx, self.n_vocab, self.eog, self.spread = n_ctx, vocab, eog, spread
         self.path = Path("fake-target.gguf")

@@ -167,7 +167,7 @@ def compile_grammar(target: Any, spec: GrammarSpec) -> Grammar:
     """Parse ``spec`` with llama.cpp for ``target``'s vocabulary (a loaded model: ``.vocab``, ``.n_vocab``).
 
     Raises GrammarError naming the parser's complaint (undefined rule, syntax error, left recursion)."""
-    vocab = getattr(target, "vocab", None)
+    vocab = target.vocab
     if vocab is None:
         raise GrammarError("this model cannot apply a grammar (no llama.cpp vocabulary)")
     text = spec.to_gbnf()
