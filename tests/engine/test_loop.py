@@ -14,7 +14,6 @@ import pytest
 from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN, DoneEvent, StepEvent,
                                TokenEvent)
 from app.engine.loop import GenConfig, generate
-from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.lookup import PromptLookupProposer
 from app.engine.drafters.protocol import Draft, ProposerBase
 from app.engine.decoding.sampling import SamplerSettings
@@ -118,12 +117,6 @@ def test_a_draft_is_cut_after_its_end_of_generation_token():
     assert done_of(evs).reason == "eog" and list(done_of(evs).tokens) == list(range(4, 10))
 
 
-def test_a_draft_model_stops_drafting_after_an_end_of_generation_token():
-    model = FakeTarget(eog=10)  # as a draft model: it drafts 4, 5, … and 10 ends a reply
-    draft = DraftModelProposer(model).propose(PROMPT, 12, GREEDY, np.random.default_rng(0), False)
-    assert draft.tokens == list(range(4, 11))
-
-
 def test_provenance_kinds_follow_the_scripted_draft():
     # step 0: all 3 accepted + bonus; step 1: 1 accepted, then corrected; step 2: no draft -> plain
     target = FakeTarget()
@@ -188,20 +181,6 @@ def test_greedy_speculative_equals_plain_on_the_fake():
         spec = done_of(evs)
         assert spec.tokens == plain.tokens and spec.text == plain.text
         assert spec.reason == plain.reason == "max_tokens"
-
-
-def test_the_draft_proposer_leaves_the_pairs_model_open():
-    from app.engine.drafters.draftmodel import DraftModelProposer
-
-    class Owned(FakeTarget):
-        closed = False
-
-        def close(self):
-            self.closed = True
-
-    model = Owned()
-    DraftModelProposer(model).close()
-    assert not model.closed
 
 
 class ResumingLength:

@@ -10,7 +10,6 @@ from app.lab.prompts import builtin_suite
 from app.engine.events import ACCEPTED, BONUS, CORRECTED, PLAIN, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
-from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.decoding.text import Utf8Stream
 from app.engine.llama.vocab import IncompatiblePair
@@ -184,20 +183,6 @@ def test_chat_template_and_end_of_generation(smol_pair):
     events = list(smol_pair.generate(prompt, GenConfig(max_tokens=64)))
     assert events[-1].reason == "eog"
     assert "<|im_end|>" not in "".join(e.text for e in events if isinstance(e, TokenEvent))
-
-
-def test_draft_proposer_keeps_its_cache_in_sync(smol_pair):
-    proposer = DraftModelProposer(smol_pair.draft)
-    history = smol_pair.completion_prompt("def add(a, b):")
-    proposer.begin(history)
-    sampler = SamplerSettings()
-    rng = np.random.default_rng(0)
-    d1 = proposer.propose(history, 4, sampler, rng, sample=False)
-    assert len(d1.tokens) == 4 and smol_pair.draft.cached == history + d1.tokens[:3]
-    # the target accepted two tokens and corrected the third
-    history2 = history + d1.tokens[:2] + [13]
-    d2 = proposer.propose(history2, 3, sampler, rng, sample=False)  # (it may stop early, after an end of turn)
-    assert d2.tokens and smol_pair.draft.cached == history2 + d2.tokens[:-1]  # the last drafted token is not read
 
 
 def test_greedy_with_a_repetition_penalty_stays_lossless(smol_pair):

@@ -213,31 +213,6 @@ def test_token_events_say_which_drafter_and_steps_count_lookup(smol_pair):
     assert 0 < smol_pair.lookup_index.nbytes() < 4 * 1024 * 1024
 
 
-def test_the_draft_model_hands_over_and_leaves_its_last_token_unread(smol_pair):
-    """A handoff ends the draft with lookup's tokens (no q, no probability: deterministic); the draft model's
-    cache stops before its last drafted token, which the next catch-up reads with what the target kept."""
-    smol_pair.reset()
-    prompt = builtin_suite("edit")[0].tokens(smol_pair)
-    proposer = DraftModelProposer(smol_pair.draft)
-    proposer.begin(prompt)
-    asked: list[int] = []
-
-    def handoff(drafted):
-        asked.append(len(drafted))
-        return [11, 12, 13, 14] if len(drafted) == 2 else []
-
-    draft = proposer.propose(prompt, 4, SamplerSettings(temperature=0.7), np.random.default_rng(1), True,
-                             handoff=handoff, reach=5)
-    assert asked == [1, 2] and draft.tokens[2:] == [11, 12, 13] and draft.tail == 3  # past K = 4, up to reach
-    assert draft.probs[2:] == [None] * 3 and draft.q[2:] == [None] * 3 and draft.q[0] is not None
-    assert [draft.from_lookup(i) for i in range(5)] == [False, False, True, True, True]
-    assert draft.lookup_kept(4) == 2 and draft.lookup_kept(1) == 0
-    assert smol_pair.draft.cached == list(prompt) + draft.tokens[:1]  # the 2nd drafted token was not decoded
-    again = proposer.propose(prompt + draft.tokens[:3], 2, SamplerSettings(), np.random.default_rng(1), False)
-    assert again.synced == 2  # its 2nd token and lookup's first, kept by the target
-    assert smol_pair.draft.cached[:len(prompt) + 3] == list(prompt) + draft.tokens[:3]
-
-
 def test_a_second_request_finds_the_first_reply(smol_pair):
     first = next(p for p in builtin_suite("edit") if p.id == "edit-rename")
     smol_pair.reset()
