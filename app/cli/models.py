@@ -114,8 +114,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         _print_json({"models": models, "catalog": [m.__dict__ for m in cat.models.values()],
                      "catalog_errors": cat.errors})
         return 0
-    for err in cat.errors:
-        print(f"catalog: {err}", file=sys.stderr)
     print("Installed:" if models else "Installed: none")
     for rec in models:
         m = rec.get("meta") or {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from app import paths
 from app.engine import limits
 from app.engine.errors import TandemError
 from app.engine.names import AUTO_K
@@ -80,11 +81,22 @@ class Catalog:
     models: dict[str, ModelEntry] = field(default_factory=dict)
     pairs: dict[str, PairEntry] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    name: str = "models.toml"
+    bad_default: Optional[str] = None  # the error of a pair marked default that was left out
 
     def default_pair(self) -> PairEntry:
+        """The pair marked ``default``; the first pair when none is marked. A default pair whose entry was
+        left out is an error, never replaced by another pair (which would start another pair's download)."""
         for pair in self.pairs.values():
             if pair.default:
                 return pair
+        if self.bad_default:
+            raise CatalogError(f"the default pair cannot be used: {self.bad_default}; no other pair was "
+                               "chosen in its place")
+        if not self.pairs:
+            why = f": {self.errors[0]}" if len(self.errors) == 1 else (
+                f" ({len(self.errors)} entries were left out)" if self.errors else "")
+            raise CatalogError(f"{self.name} has no pair to use{why}")
         return next(iter(self.pairs.values()))
 
     def setup_pairs(self) -> list[str]:
@@ -118,12 +130,21 @@ PAIR_FIELDS: dict[str, tuple[type, bool]] = {
     "on_demand": (bool, False), "notes": (str, False),
 }
 USES = ("chat", "code", "completion", "reasoning")
+MAX_FILE_NAME = 255  # bytes in one file name on Linux and macOS file systems
+MAX_ID = 100  # characters of an entry's id
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 class EntryError(TandemError, ValueError):
     status = 400
+
+
+class CatalogError(TandemError, ValueError):
+    """The catalog cannot give what was asked for: no pair, or a default pair whose entry is bad."""
+
+    hint, status = "fix that entry in models.toml, or name another pair with --pair", 400
 
 
 class ProvisionError(TandemError, RuntimeError):
@@ -135,7 +156,7 @@ class ProvisionError(TandemError, RuntimeError):
 def _check_fields(body: dict[str, Any], schema: dict[str, tuple[type, bool]]) -> None:
     for key in body:
         if key not in schema:
-            raise EntryError(f"field {key!r} is not known (known: {', '.join(schema)})")
+            raise EntryError(f"field {limits.shown(key)} is not known (known: {', '.join(schema)})")
     for key, (kind, required) in schema.items():
         if key not in body:
             if required:
@@ -147,9 +168,12 @@ def _check_fields(body: dict[str, Any], schema: dict[str, tuple[type, bool]]) ->
                 raise EntryError(f"field {key!r} must be a list of strings")
         elif kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise EntryError(f"field {key!r} must be a non-negative integer (got {value!r})")
+                raise EntryError(f"field {key!r} must be a non-negative integer (got {limits.shown(value)})")
         elif kind is not object and not isinstance(value, kind):
-            raise EntryError(f"field {key!r} must be a {kind.__name__} (got {type(value).__name__} {value!r})")
+            raise EntryError(f"field {key!r} must be a {kind.__name__} (got {type(value).__name__} "
+                             f"{limits.shown(value)})")
+        if isinstance(value, str) and _CONTROL.search(value):
+            raise EntryError(f"field {key!r} holds a control character such as NUL (got {limits.shown(value)})")
 
 
 def validate_model(body: dict[str, Any]) -> None:
@@ -168,14 +192,18 @@ def validate_model(body: dict[str, Any]) -> None:
     if "pypi_parts" in body and len(body["pypi_parts"]) != len(body.get("members", [])):
         raise EntryError("field 'members' must name one member per entry of 'pypi_parts'")
     if "/" in body["file"] or "\\" in body["file"] or body["file"] in ("", ".", ".."):
-        raise EntryError(f"field 'file' must be a plain file name (got {body['file']!r})")
+        raise EntryError(f"field 'file' must be a plain file name (got {limits.shown(body['file'])})")
+    if len(body["file"].encode("utf-8")) > MAX_FILE_NAME:
+        raise EntryError(f"field 'file' is {len(body['file'])} characters long: a file name holds at most "
+                         f"{MAX_FILE_NAME} bytes (got {limits.shown(body['file'])})")
 
 
 def validate_pair(body: dict[str, Any], models: dict[str, Any]) -> None:
     _check_fields(body, PAIR_FIELDS)
     for role in ("target", "draft"):
         if body[role] not in models:
-            raise EntryError(f"field {role!r} names {body[role]!r}, which is not a valid [models] entry")
+            raise EntryError(f"field {role!r} names {limits.shown(body[role])}, which is not a valid [models] "
+                             "entry")
     k = body.get("k", AUTO_K)
     try:
         limits.k_setting(k)
@@ -188,14 +216,31 @@ def validate_pair(body: dict[str, Any], models: dict[str, Any]) -> None:
 
 
 def load(path: Optional[Path] = None) -> Catalog:
+    """The catalog at ``path`` (default: ``models.toml``). Each entry that is left out is one line in
+    ``errors``, said once per process on stderr, naming the entry and the value."""
     path = path or CATALOG_PATH
+    cat = _load(path)
+    for line in cat.errors:
+        if (str(path), line) not in _said:
+            _said.add((str(path), line))
+            paths.warn(f"{path.name}: {line} — entry left out")
+    return cat
+
+
+_said: set[tuple[str, str]] = set()
+
+
+def _load(path: Path) -> Catalog:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        return Catalog(errors=[f"{path.name}: not valid TOML: {exc}"])
-    cat = Catalog()
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
+        return Catalog(errors=[f"not a readable TOML file: {why}"], name=path.name)
+    cat = Catalog(name=path.name)
+    model_errors: dict[str, str] = {}
     for mid, body in _table(raw, "models", cat).items():
         try:
+            _check_id(mid)
             if not isinstance(body, dict):
                 raise EntryError("must be a table")
             validate_model(body)
@@ -205,19 +250,38 @@ def load(path: Optional[Path] = None) -> Catalog:
                     body[key] = tuple(body[key])
             cat.models[mid] = ModelEntry(id=mid, **body)
         except EntryError as exc:
-            cat.errors.append(f"models.{mid}: {exc}")
+            model_errors[mid] = f"models.{_id_shown(mid)}: {exc}"
+            cat.errors.append(model_errors[mid])
     for pid, body in _table(raw, "pairs", cat).items():
         try:
+            _check_id(pid)
             if not isinstance(body, dict):
                 raise EntryError("must be a table")
+            for role in ("target", "draft"):  # a pair of a left-out model: say why that model was left out
+                if isinstance(body.get(role), str) and body[role] in model_errors:
+                    raise EntryError(f"field {role!r} names {body[role]}, which was left out "
+                                     f"({model_errors[body[role]]})")
             validate_pair(body, cat.models)
             body = dict(body)
             if "use" in body:
                 body["use"] = tuple(body["use"])
             cat.pairs[pid] = PairEntry(id=pid, **body)
         except EntryError as exc:
-            cat.errors.append(f"pairs.{pid}: {exc}")
+            line = f"pairs.{_id_shown(pid)}: {exc}"
+            cat.errors.append(line)
+            if isinstance(body, dict) and body.get("default") not in (None, False):
+                cat.bad_default = line
     return cat
+
+
+def _id_shown(key: str) -> str:
+    return key if 0 < len(key) <= MAX_ID and not _CONTROL.search(key) else limits.shown(key)
+
+
+def _check_id(key: str) -> None:
+    if not key or len(key) > MAX_ID or _CONTROL.search(key):
+        raise EntryError(f"an id must be 1 to {MAX_ID} characters with no control characters "
+                         f"(got {limits.shown(key)})")
 
 
 def _table(raw: dict, name: str, cat: Catalog) -> dict:
