@@ -1,7 +1,8 @@
-"""The typed results keep the JSON contracts: ``Summary``, the bench's ``BenchResult`` / ``PromptRow`` and the Pair
-lab's ``Cell`` / ``CellPrompt`` give, through ``to_dict``, exactly the dicts (keys, order, values) that the API,
-``bench --json``, the history and the tuned settings had before they were typed. The expected dicts are written
-out literally (taken from the untyped implementation on the same steps). Pure: no models."""
+"""The typed results keep the JSON contracts: the bench's ``BenchResult`` / ``PromptRow`` and the Pair lab's
+``Cell`` / ``CellPrompt`` give, through ``to_dict``, exactly the dicts (keys, order, values) that ``bench --json``,
+the history and the tuned settings had before they were typed (``Summary``'s own contract is checked in
+tests/engine/test_summary.py). The expected dicts are written out literally (taken from the untyped implementation
+on the same steps). Pure: no models."""
 
 from __future__ import annotations
 
@@ -10,27 +11,11 @@ from dataclasses import replace
 
 from app.engine.events import DoneEvent, StepEvent
 from app.engine.loop import GenConfig
-from app.engine.stats import Stats, pool
-from app.engine.summary import Summary
+from app.engine.stats import Stats
 from app.lab import bench, tune
 from app.lab.prompts import Prompt
 
-STEPS = [StepEvent(step=0, drafted=4, accepted=2, emitted=3, t_draft=0.0625, t_verify=0.125, k=4, t_step=0.25),
-         StepEvent(step=1, drafted=0, accepted=0, emitted=1, t_draft=0.0, t_verify=0.0625, k=0, t_step=0.0625,
-                   paused=True, limit="drafting cannot pay here"),
-         StepEvent(step=2, drafted=3, accepted=3, emitted=4, t_draft=0.03125, t_verify=0.125, k=3, t_step=0.1875,
-                   probe=True)]
-
-SUMMARY = {  # Stats.summary(8.0) of STEPS as the untyped implementation returned it
-    "tokens": 8, "steps": 3, "drafted": 7, "accepted": 5, "acceptance_rate": 0.7142857142857143,
-    "mean_accepted": 2.6666666666666665, "alpha": 0.8333333333333334, "mean_k": 3.5, "per_position": [1.0, 1.0, 0.5],
-    "histogram": [0, 0, 1, 1], "tested_at": [2, 2, 2], "accepted_at": [2, 2, 1], "rejections": 1, "spec_steps": 2,
-    "t_verify_spec": 0.25, "tokens_per_s": 16.0, "t_draft": 0.09375, "t_verify": 0.3125, "t_total": 0.5,
-    "baseline_tps": 8.0, "speedup": 2.0, "paused_steps": 1, "probe_steps": 1, "limit": "drafting cannot pay here",
-    "c": 0.10714285714285714, "v": 1.0, "bound": 2.442611681028458, "efficiency": 0.8187957240742839,
-    # added since, after the old keys: which drafter (two drafters at once) and the MTP head's sync time
-    "lookup_drafted": 0, "lookup_accepted": 0, "t_sync": 0.0,
-}
+from support.steps import STEPS, summary_of
 
 BENCH_KEYS = ["baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted", "alpha", "identical",
               "mismatches", "c", "v", "bound", "efficiency", "paused", "limit", "k", "mean_k", "per_position",
@@ -46,48 +31,6 @@ CELL_KEYS = ["draft", "proposer", "draft_path", "k", "p_min", "speedup", "speedu
              "per_position", "paused", "limit", "prompts", "complete", "per_prompt"]
 CELL_PROMPT_KEYS = ["id", "category", "speedup", "tps", "baseline_tps", "acceptance_rate", "mean_accepted", "alpha",
                     "mean_k", "c", "v", "bound", "paused", "limit"]
-
-
-def summary_of(steps, baseline_tps=None) -> Summary:
-    stats = Stats()
-    for ev in steps:
-        stats.add(ev)
-    return stats.summary(baseline_tps)
-
-
-def test_summary_to_dict_is_the_old_dict_key_for_key():
-    out = summary_of(STEPS, 8.0).to_dict()
-    assert list(out.items()) == list(SUMMARY.items())  # same keys, same order, same values
-    assert DoneEvent("eog", summary_of(STEPS, 8.0)).as_dict()["stats"] == SUMMARY
-    assert summary_of(STEPS, 8.0).paused_share == 1 / 3
-
-
-def test_an_empty_summary_is_an_empty_generations():
-    empty = Summary()
-    assert empty == Stats().summary() and list(empty.to_dict()) == list(SUMMARY)
-    assert empty.to_dict() == {**{k: 0 for k in ("tokens", "steps", "drafted", "accepted", "rejections", "spec_steps",
-                                                 "paused_steps", "probe_steps", "lookup_drafted", "lookup_accepted")},
-                               **{k: 0.0 for k in ("acceptance_rate", "mean_accepted", "alpha", "mean_k",
-                                                   "t_verify_spec", "tokens_per_s", "t_draft", "t_verify", "t_total",
-                                                   "t_sync")},
-                               **{k: [] for k in ("per_position", "histogram", "tested_at", "accepted_at")},
-                               **{k: None for k in ("baseline_tps", "speedup", "limit", "c", "v", "bound",
-                                                    "efficiency")}}
-    assert empty.paused_share is None
-
-
-def test_pool_sums_counters_and_recomputes_rates():
-    pooled = pool([summary_of(STEPS, 8.0), summary_of(STEPS[:1] + STEPS[2:])])
-    assert (pooled.drafted, pooled.accepted, pooled.rejections, pooled.spec_steps, pooled.steps, pooled.tokens) == \
-        (14, 10, 2, 4, 5, 15)
-    assert (pooled.t_draft, pooled.t_verify, pooled.t_verify_spec, pooled.paused_steps, pooled.probe_steps) == \
-        (0.1875, 0.5625, 0.5, 1, 2)
-    assert (pooled.alpha, pooled.acceptance_rate, pooled.mean_accepted, pooled.mean_k) == \
-        (0.8333333333333334, 0.7142857142857143, 3.0, 3.5)
-    assert (pooled.tested_at, pooled.accepted_at, pooled.histogram, pooled.per_position) == \
-        ([4, 4, 4], [4, 4, 2], [0, 0, 2, 2], [1.0, 1.0, 0.5])
-    assert pooled.limit == "drafting cannot pay here" and pooled.paused_share == 0.2
-    assert (pooled.baseline_tps, pooled.speedup, pooled.bound) == (None, None, None)  # pooled without a baseline
 
 
 def test_stats_times_a_running_generation_from_the_clock_it_is_given():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.engine.control.draftlen import GAP_MAX, DraftLength
-from app.engine.stats import expected_tokens, leviathan_bound
+from app.engine.stats import expected_tokens
 
 
 class Sim:
@@ -187,8 +187,3 @@ def test_a_retest_for_a_free_drafter_probes_until_enough_tokens_were_judged():
     sim.alpha = 0.95  # a text that copies: the re-test resumes drafting
     sim.run(length, 8)
     assert not length.paused and length.k > 0
-
-
-def test_bound_formula():
-    assert leviathan_bound(1.0, 4, 0.0, 1.0) == 5.0
-    assert abs(expected_tokens(0.5, 1) - 1.5) < 1e-12
