@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from markdown_it import MarkdownIt
 
-from app.engine.events import Drafter
+from app.engine.events import Drafter, TokenEvent
 
 from app.ui.panel import esc
 
@@ -26,13 +26,13 @@ WINDOW = 400  # how far past the cursor a rendered piece may start (Markdown syn
 _LANG = re.compile(r"[^\w+#.-]")
 
 
-def compact(tokens: Sequence[Any], draft_texts: Optional[dict] = None) -> list[dict]:
+def compact(tokens: Sequence[TokenEvent], draft_texts: Optional[dict] = None) -> list[dict]:
     """TokenEvents → the dicts the renderer and the chat history keep (JSON-friendly)."""
     draft_texts = draft_texts or {}
     out = []
     for t in tokens:
         item = {"t": t.text, "k": t.kind, "s": t.step, "p": t.draft_pos, "q": t.draft_prob}
-        if getattr(t, "drafter", None) is not None:
+        if t.drafter is not None:
             item["w"] = str(t.drafter)
         if t.index in draft_texts:
             item["d"] = draft_texts[t.index]

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.engine.events import TokenEvent
 from app.engine.summary import Summary
 from app.ui import panel, race, reply
 from app.service import speedup
@@ -71,7 +72,7 @@ def test_streaming_cursor_sits_inside_the_last_block():
 
 
 def test_corrected_tokens_carry_what_the_draft_proposed():
-    tok = SimpleNamespace(text=" cat", kind="corrected", step=2, draft_pos=1, draft_prob=0.42, index=7)
+    tok = TokenEvent(token=5, text=" cat", kind="corrected", step=2, draft_pos=1, draft_prob=0.42, index=7)
     out = reply.render(reply.compact([tok], {7: " dog"}))
     assert 'data-d="␣dog"' in out and 'data-t="␣cat"' in out and 'data-q="0.42"' in out and 'data-p="2"' in out
 
@@ -172,7 +173,7 @@ def test_concurrent_sends_are_all_answered_once():
 
 
 def fake_live(times: list[float], start: float = 10.0):
-    toks = [SimpleNamespace(text=f"w{i} ", kind="accepted", step=i, draft_pos=0, draft_prob=0.9, index=i)
+    toks = [TokenEvent(token=i, text=f"w{i} ", kind="accepted", step=i, draft_pos=0, draft_prob=0.9, index=i)
             for i in range(len(times))]
     return SimpleNamespace(tokens=toks, times=[start + t for t in times], started=start, last=start + times[-1],
                            done=object(), draft_texts={})

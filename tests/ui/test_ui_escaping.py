@@ -34,6 +34,9 @@ class FakeTarget:
     size_bytes: int = 1
     n_threads: int = 1
 
+    def missing(self, tokens) -> int:
+        return len(tokens)  # nothing cached
+
 
 class FakePair:
     """Streams PAYLOAD as tokens of every kind, the way the engine's event stream does."""
