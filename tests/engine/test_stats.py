@@ -1,9 +1,12 @@
-"""Speculative decoding statistics (``stats.py``): pooling runs, and the speedup bound they predict. Pure: no
-models."""
+"""Speculative decoding statistics (``stats.py``): counting hand-made steps, pooling runs, the costs and the speedup
+bound they predict. Pure: no models."""
 
 from __future__ import annotations
 
-from app.engine.stats import expected_tokens, leviathan_bound, pool
+import pytest
+
+from app.engine.events import StepEvent
+from app.engine.stats import Stats, costs, expected_tokens, leviathan_bound, median, pool
 
 from support.steps import STEPS, summary_of
 
@@ -25,3 +28,43 @@ def test_pool_sums_counters_and_recomputes_rates():
 def test_bound_formula():
     assert leviathan_bound(1.0, 4, 0.0, 1.0) == 5.0
     assert abs(expected_tokens(0.5, 1) - 1.5) < 1e-12
+
+
+def step(drafted: int, accepted: int, **kw) -> StepEvent:
+    return StepEvent(step=0, drafted=drafted, accepted=accepted, emitted=accepted + 1, t_draft=0.0, t_verify=0.0, k=4,
+                     **kw)
+
+
+def test_each_drafted_position_the_target_judged_is_one_trial():
+    stats = Stats()
+    for ev in (step(4, 4), step(4, 1), step(3, 0), step(0, 0)):
+        stats.add(ev)
+    # a full acceptance judged every position and refused none; a rejection at position j judged j + 1 positions
+    assert (stats.rejections, stats.spec_steps, stats.steps) == (2, 3, 4)
+    assert stats.tested_at == [3, 2, 1, 1] and stats.accepted_at == [2, 1, 1, 1]
+    assert stats.histogram == [1, 1, 0, 0, 1]  # steps that accepted 0, 1, … 4 tokens
+    assert stats.alpha == 5 / 7 and stats.acceptance_rate == 5 / 11 and stats.mean_gamma == 11 / 3
+    assert stats.summary().per_position == [2 / 3, 1 / 2, 1.0, 1.0]
+
+
+def test_the_reason_of_a_pause_is_kept_only_if_a_step_paused():
+    stats = Stats()
+    stats.add(step(4, 2))
+    stats.end("drafting cannot pay here")
+    assert stats.limit is None  # it never paused
+    stats.add(step(0, 0, paused=True, limit="the draft rarely agrees with the target"))
+    assert stats.limit == "the draft rarely agrees with the target"  # live: the latest pause's
+    stats.end(None)
+    assert stats.limit == "the draft rarely agrees with the target"
+    stats.end("drafting cannot pay here")  # the controller's final word wins
+    assert stats.limit == "drafting cannot pay here"
+
+
+def test_costs_need_a_baseline_and_drafts_and_median_skips_missing_values():
+    spec = summary_of(STEPS)
+    assert costs(spec, None) == (None, None, None) and costs(summary_of(STEPS[1:2]), 8.0) == (None, None, None)
+    c, v, bound = costs(spec, 8.0)
+    # c: draft seconds per drafted token, v: seconds per verify pass that drafted, both in plain steps of 1/8 s
+    assert (c, v) == pytest.approx((0.09375 / 7 * 8, 0.25 / 2 * 8))
+    assert bound == leviathan_bound(spec.alpha, spec.mean_k, c, v)
+    assert median([None, 3.0, 1.0, None, 2.0]) == 2.0 and median([None]) is None
