@@ -1,6 +1,6 @@
 """``Summary``'s JSON contract (``summary.py``): the field names, their order and values that the API, bench, the
 Pair lab and the saved history read, written out literally (taken from the untyped implementation on the same
-steps). Pure: no models."""
+steps); and the drafters' shares it derives. Pure: no models."""
 
 from __future__ import annotations
 
@@ -41,3 +41,9 @@ def test_an_empty_summary_is_an_empty_generations():
                                **{k: None for k in ("baseline_tps", "speedup", "limit", "c", "v", "bound",
                                                     "efficiency")}}
     assert empty.paused_share is None
+
+
+def test_the_drafters_shares():
+    mixed = Summary(steps=8, drafted=10, accepted=6, lookup_drafted=4, lookup_accepted=3, paused_steps=2)
+    assert (mixed.model_drafted, mixed.model_accepted, mixed.lookup_share, mixed.paused_share) == (6, 3, 0.5, 0.25)
+    assert Summary(drafted=4).lookup_share is None  # nothing accepted: no share to give
