@@ -21,7 +21,7 @@ from app import paths
 from app.engine.errors import BadInput, TandemError
 
 __all__ = ["BadInput", "TandemError", "NoPairLoaded", "EXIT_ERROR", "cli_line", "ui_message", "api_error",
-           "disk_full", "CONTEXT_FULL"]
+           "disk_full", "disk_full_line", "CONTEXT_FULL"]
 
 EXIT_ERROR = 2  # the command line's exit code for a known error (argparse's for a bad argument)
 SQLITE_FULL = 13  # sqlite3's result code for a full disk
@@ -55,11 +55,26 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def disk_full_line(exc: BaseException) -> str:
+    """How every front end says that the disk is full (the command line's error line, the UI's message): what
+    could not be written and what to do, in words — never an errno or sqlite's own text."""
+    detail, seen = "", set()
+    cur: Optional[BaseException] = exc
+    while cur is not None and id(cur) not in seen and not detail:
+        seen.add(id(cur))
+        if isinstance(cur, TandemError) and cur.code == "disk_full":
+            detail = f" ({_first_line(cur)})"  # our own words: what was needed, what is free
+        elif isinstance(cur, OSError) and cur.filename:
+            detail = f" (could not write {paths.final_name(cur.filename)})"
+        cur = cur.__cause__ or cur.__context__
+    return f"the disk is full{detail} — free some space in {_data_dir()} or on that disk, then try again"
+
+
 def cli_line(exc: BaseException) -> Optional[str]:
     """"what happened — what to do" for a known error; None for a bug (it deserves its traceback)."""
     what = _first_line(exc)
     if disk_full(exc):
-        return f"the disk is full ({what}) — free some space in {_data_dir()} or on that disk, then run it again"
+        return disk_full_line(exc)
     hint: Optional[str] = None
     if isinstance(exc, TandemError):
         hint = exc.hint
@@ -86,6 +101,8 @@ def ui_message(exc: BaseException) -> str:
     """The one-line message the UI shows for ``exc`` (a known error: its message, titled where it has one)."""
     name = type(exc).__name__
     text = str(exc) or name
+    if disk_full(exc):
+        return disk_full_line(exc)
     if isinstance(exc, TandemError):
         return f"{exc.title}: {text}" if exc.title else text
     if type(exc) in (ValueError, RuntimeError):

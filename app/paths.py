@@ -92,6 +92,12 @@ def owned_temp(path: Path, suffix: str = ".part") -> Path:
     return path.with_name(f"{path.name}.pid{os.getpid()}-{secrets.token_hex(4)}{suffix}")
 
 
+def final_name(path: Path | str) -> str:
+    """The file a temporary file of :func:`owned_temp` becomes (``library.json`` for
+    ``library.json.pid12-ab.tmp``): what a message names."""
+    return _OWNED.sub("", str(path))
+
+
 def clean_stale_files(max_age_s: float = STALE_TEMP_S) -> list[Path]:
     """Remove the temporary files killed processes left in the data folder (the top folder, ``models/``,
     ``pairlab/``, ``downloads/parts/``): a ``.part`` or ``.tmp`` whose owner process is gone, and an unnamed

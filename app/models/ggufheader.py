@@ -221,7 +221,8 @@ def parse(buf: bytes | memoryview) -> Header:
     cur = _Cursor(buf)
     magic = bytes(cur.take(4))
     if magic != GGUF_MAGIC:
-        raise GGUFError(f"not a GGUF file (starts with {magic!r}, expected b'GGUF')")
+        # the file's own bytes are never quoted: any file in the data folder may be named here (a key, a store)
+        raise GGUFError("not a GGUF file: it does not begin with the GGUF signature")
     version = cur.scalar("<I")
     if version not in (2, 3):
         raise GGUFError(f"GGUF version {version} is not supported (2 or 3 expected; big-endian files are not)")

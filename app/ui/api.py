@@ -4,10 +4,12 @@ their errors raised as ``gr.Error``."""
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from typing import Any, Iterator
 
 import gradio as gr
 
+from app.errors import disk_full, disk_full_line
 from app.service import settings as S
 from app.service.chat import (build_messages, chat_payload, chat_stream, compare_payload, compare_stream,
                               normalize_history, user_text)
@@ -19,6 +21,18 @@ def refused(message: str) -> gr.Error:
     traceback: the input was wrong, not the app)."""
     print(f"[tandem] refused: {message}", file=sys.stderr, flush=True)
     return gr.Error(message, print_exception=False)
+
+
+@contextmanager
+def disk_words() -> Iterator[None]:
+    """A full disk while a handler writes (the Pair lab's database, a store) is shown in the command line's
+    words with one console line, not as sqlite's or the OS's raw text with a traceback; other errors go on."""
+    try:
+        yield
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        raise refused(disk_full_line(exc)) from None
 
 
 # --- the endpoints ---------------------------------------------------------------------------------------

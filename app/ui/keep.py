@@ -9,6 +9,7 @@ storage is the user's own, but it is still input.
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any, Optional
 
@@ -23,21 +24,24 @@ MAX_LINE = 400  # characters of a reply's line of counts
 
 def secret() -> str:
     """The key the browser's copy is scrambled with: one per data directory, so a conversation also survives a
-    restart of the app (Gradio would pick a new random one at every start)."""
+    restart of the app (Gradio would pick a new random one at every start). An empty or damaged key file is
+    replaced; the key is written whole or not at all (a full disk never leaves an empty file)."""
     path = paths.home() / "ui-state-key"
     try:
         text = path.read_text(encoding="utf-8").strip()
-        if len(text) >= 16:
+        if _KEY.fullmatch(text):
             return text
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         pass
     text = secrets.token_hex(16)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError:  # a read-only data directory: the conversation is kept until the app restarts
+        paths.write_text_atomic(path, text)
+    except OSError:  # a read-only or full data directory: the conversation is kept until the app restarts
         pass
     return text
+
+
+_KEY = re.compile(r"[\x21-\x7e]{16,256}")  # printable, no spaces: what secret() writes is 32 hex digits
 
 
 def saved(history: list[dict]) -> list[dict]:

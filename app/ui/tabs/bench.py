@@ -24,7 +24,7 @@ from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
 from app.service.state import session_key
 from app.ui import panel
-from app.ui.api import refused
+from app.ui.api import disk_words, refused
 from app.ui.controls import GEN
 from app.ui.panel import _fmt as _f
 
@@ -284,8 +284,9 @@ def tune(state, drafts: str, ks: str, suite: str, max_tokens, temperature: float
             eta_text = f", ETA {int(eta)} s" if eta is not None else ""
             progress((done, total), desc=f"{what}{eta_text}", unit="runs")
 
-        result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
-                         command=_command(req, state.pair_id), store_tuned=not req.quick)
+        with disk_words():
+            result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
+                             command=_command(req, state.pair_id), store_tuned=not req.quick)
         if result.tuned:  # a complete full sweep: the new defaults apply at once
             state.apply_defaults(result.tuned)
         return result.to_dict()  # the tab holds the JSON (gr.State, gr.JSON), as stored runs come
@@ -314,7 +315,8 @@ def list_drafts(state) -> str:
 
 
 def use_this(state, result: Optional[dict], cat: Optional[str], n):
-    note = apply_recommendation(state, result, cat)
+    with disk_words():
+        note = apply_recommendation(state, result, cat)
     return note, (n or 0) + 1 if result and result.get("recommendations") else gr.update()
 
 
@@ -340,7 +342,8 @@ def compare_runs(hist: Histories, a, b):
 
 
 def delete_run(hist: Histories, a):
-    ok = parse_id(a) is not None and hist().delete(parse_id(a))
+    with disk_words():
+        ok = parse_id(a) is not None and hist().delete(parse_id(a))
     return ("Deleted run #%s." % parse_id(a) if ok else "No such run."), history_rows(hist())
 
 

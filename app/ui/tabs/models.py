@@ -14,6 +14,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.errors import ui_message
 from app.models import advice, download, hardware, library
 from app.models.catalog import load
 from app.models.compat import CompatError, check_pair
@@ -258,8 +259,8 @@ def do_fit(state: AppState, vram_v, ram_v, ctx_v):
 def do_delete(mid):
     try:
         msg = library.delete(model_ref(mid))
-    except (library.LibraryError, FileRefused) as exc:
-        msg = f"error: {exc}"
+    except (library.LibraryError, FileRefused, OSError) as exc:  # a full disk, too: in words
+        msg = f"error: {ui_message(exc)}"
     return msg, _installed_rows()
 
 
@@ -274,7 +275,7 @@ def do_import(path, upload):
         if outside and not upload:
             msg += " (registered where it is, not copied: keep the file there; Delete only forgets it)"
     except (library.LibraryError, FileRefused, ImportRefused, OSError) as exc:
-        msg = f"error: {exc}"
+        msg = f"error: {ui_message(exc)}"
     return msg, _installed_rows()
 
 
@@ -290,7 +291,7 @@ def fetching(cancels: dict[str, threading.Event], request: gr.Request, progress:
     try:
         return fetch(report, event), _installed_rows()
     except Exception as exc:  # noqa: BLE001 - every failure is shown with its message
-        return f"error: {exc}", _installed_rows()
+        return f"error: {ui_message(exc)}", _installed_rows()
     finally:
         cancels.pop(key, None)
 
@@ -347,8 +348,8 @@ def do_derive(mid, q, progress: gr.Progress):
 
     try:
         out = derive_draft(model_ref(mid), q, progress=report)
-    except (DeriveError, DiskFullError, FileRefused, GGUFError) as exc:
-        return f"error: {exc}", None, _installed_rows()
+    except (DeriveError, DiskFullError, FileRefused, GGUFError, OSError) as exc:
+        return f"error: {ui_message(exc)}", None, _installed_rows()
     out["file"] = out.pop("path")
     return f"derived {out['id']} ({'compatible' if out['compatible'] else 'INCOMPATIBLE'})", out, \
         _installed_rows()
