@@ -40,6 +40,7 @@ def _check_environment() -> None:
     from app.engine import limits
 
     limits.env_number("TANDEM_RPC_TIMEOUT", 120.0, "rpc_timeout")
+    limits.env_number("TANDEM_TEMPLATE_SECONDS", 10.0, "template_seconds")
     limits.env_number("TANDEM_MAX_BODY_MIB", 8.0, "body_mib")
 
 

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
+import atexit
 import codecs
-import json
 import re
-from datetime import datetime
 from typing import Optional, Sequence
 
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from app.engine import limits
+from app.engine.decoding.templatebox import SECONDS_ENV, TemplateBox, TemplateError
 
-from app.engine.errors import BadInput
+TEMPLATE_SECONDS = 10.0  # a chat template's render, at most (an ordinary one takes milliseconds)
+TEMPLATE_CHARS = 2 * limits.PROMPT_CHARS  # characters a chat template may render: a full chat and as much again
 
-
-class TemplateError(BadInput, ValueError):
-    hint = "the model's chat template failed; use a completion prompt"
+_BOX = TemplateBox()  # the child process that renders chat templates (templatebox.py), started when first used
+atexit.register(_BOX.close)
 
 
 def render_chat(template: Optional[str], messages: Sequence[dict], bos: str = "", eos: str = "",
                 add_generation_prompt: bool = True, tools: Optional[Sequence[dict]] = None) -> str:
-    """Render ``messages`` ([{"role", "content"}]) with the model's Jinja chat template (sandboxed).
+    """Render ``messages`` ([{"role", "content"}]) with the model's Jinja chat template (sandboxed, in a child
+    process, within TEMPLATE_SECONDS or ``TANDEM_TEMPLATE_SECONDS`` and TEMPLATE_CHARS: ``templatebox.py``).
 
     Models without a template get a plain "Role: text" transcript, which base models continue sensibly.
     ``tools`` (OpenAI function tools) are handed to templates that know them (toolcalls.py decides).
@@ -31,28 +31,10 @@ def render_chat(template: Optional[str], messages: Sequence[dict], bos: str = ""
     if not template:
         lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
         return "\n".join(lines) + ("\nAssistant:" if add_generation_prompt else "")
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(f"chat template: {message}")
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        loader=jinja2.BaseLoader())
-    env.globals.update(raise_exception=raise_exception,
-                       strftime_now=lambda fmt: datetime.now().strftime(fmt))
-    env.filters["tojson"] = _tojson
-    extra = {"tools": list(tools)} if tools else {}
-    try:
-        return env.from_string(template).render(
-            messages=list(messages), bos_token=bos, eos_token=eos,
-            add_generation_prompt=add_generation_prompt, **extra,
-        )
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"chat template failed to render: {exc}") from exc
-
-
-def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False) -> str:
-    """``tojson`` as chat templates expect it (Hugging Face's: plain JSON, not Jinja's HTML-escaped one)."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    seconds = limits.env_number(SECONDS_ENV, TEMPLATE_SECONDS, "template_seconds")
+    variables = dict(messages=list(messages), bos_token=bos, eos_token=eos,
+                     add_generation_prompt=add_generation_prompt, **({"tools": list(tools)} if tools else {}))
+    return _BOX.render(template, variables, seconds, TEMPLATE_CHARS)
 
 
 class Utf8Stream:
