@@ -61,10 +61,16 @@ class Pair:
             draft = None
             if draft_path is not None:
                 draft = open_draft(draft_path, draft_options or draft_options_for(target), target)
-            return cls(target, draft)
+            pair = cls(target, draft)
         except BaseException:
             target.close()
             raise
+        try:
+            pair.check_template()
+        except BaseException:
+            pair.close()
+            raise
+        return pair
 
     def set_draft(self, draft: Optional[Model]) -> None:
         """Replace the draft model, closing the old one; raises IncompatiblePair and keeps the old one."""
@@ -141,6 +147,23 @@ class Pair:
         return self._lengths[key]
 
     # --- prompts ---------------------------------------------------------------------------------------
+
+    def check_template(self) -> None:
+        """Refuse, naming the file, a chat template that fails, passes a limit (time, characters, the context's
+        tokens) or leaves a user's message out: checked at load, so that no pair is loaded whose every chat
+        would fail."""
+        t = self.target
+        probe = [{"role": "user", "content": "Hello"}]
+        try:
+            text = render_chat(t.chat_template(), probe, bos=t.token_text(t.bos) if t.bos >= 0 else "",
+                               eos=t.token_text(t.eos) if t.eos >= 0 else "")
+            if probe[0]["content"] not in text:
+                raise TemplateError("the chat template renders " + (
+                    "nothing" if not text.strip() else "a conversation without the user's message"))
+            self.chat_prompt(probe)
+        except (TemplateError, ContextFullError) as exc:
+            raise TemplateError(f"{t.path.name}: {exc}; the model was not loaded",
+                                hint="use another model file, or correct its tokenizer.chat_template") from None
 
     def chat_prompt(self, messages: Sequence[dict], cancel: Cancel = None,
                     tools: Optional[Sequence[dict]] = None) -> list[int]:

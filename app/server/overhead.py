@@ -125,9 +125,7 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 
 def main(rounds: int, max_tokens: int = 128, pair_id: Optional[str] = None) -> int:
     state = app_state()
-    startup_pair(state, pair_id)
-    if state.pair is None:
-        return 1
+    startup_pair(state, pair_id, required=True)
     url, server = _start_server(state)
     say(f"timing {rounds} round(s) of direct vs server runs, {max_tokens} tokens each, interleaved")
     try:

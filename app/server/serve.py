@@ -130,7 +130,7 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
 
     check_stores()  # a bad store or registered model: one line each on stderr, never a failed start
     state = app_state(gpu_layers, rpc)
-    startup_pair(state, pair_id)
+    startup_pair(state, pair_id, required=True)  # the API cannot load a pair: without one, serving is pointless
     checks = G.make(host, api_key, allow_origins, max_body_mib)
     app, _ = build(state, api_key, checks)
     shown = "127.0.0.1" if host == "localhost" else host

@@ -86,19 +86,27 @@ def app_state(gpu_layers: Sequence[Want] = (offload.AUTO, offload.AUTO), rpc: Se
                     gpu_layers=tuple(gpu_layers))
 
 
-def startup_pair(state: AppState, pair_id: Optional[str]) -> None:
-    """Make the demo (or chosen) pair present and load it; on failure the app starts and says why."""
+def startup_pair(state: AppState, pair_id: Optional[str], required: bool = False) -> None:
+    """Make the demo (or chosen) pair present and load it; on failure the app starts and says why, or, where the
+    pair is ``required`` (``serve``: nothing else can load one), the error is raised. A pair that loads but
+    cannot run its first tokens is unloaded: every front end then says that no pair is ready."""
     try:
         say("checking the demo models (the first start downloads them, about a minute)")
         entry, target, draft = ensure_pair(pair_id)
         say(f"loading pair {entry.id}: target {target.name}, draft {draft.name} on {backend_name()}")
         load_into(state, PairOptions(target, draft, state.gpu_layers, state.target_options.n_ctx,
                                      rpc=state.target_options.rpc), pair_id=entry.id, announce=say)
-        warm_up(state)
+        try:
+            warm_up(state)
+        except BaseException:
+            state.unload()
+            raise
         if entry.k not in (None, AUTO_K):
             state.defaults.setdefault("k", entry.k)
         say("pair loaded")
     except Exception as exc:
         state.load_error = ui_message(exc)
+        if required:
+            raise
         say(f"could not prepare the pair: {state.load_error}")
         say("the app starts anyway; choose a pair in Pair settings")

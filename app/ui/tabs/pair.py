@@ -244,6 +244,7 @@ def load_from_form(state: AppState, pairs: dict[str, tuple[str, str, str]], t_la
     dpath = current.get(d_label) if d_label and d_label != NO_DRAFT else None
     if not tpath:
         return panel.status_html("Choose a target model.", "error"), info_html(state)
+    before = state.pair
     try:
         n_ctx = limits.form_int("context size", n_ctx, "ctx")
         n_threads = limits.form_int("threads", n_threads or 0)
@@ -255,8 +256,9 @@ def load_from_form(state: AppState, pairs: dict[str, tuple[str, str, str]], t_la
                          preset_id, progress=lambda f, d: progress(f, desc=d))
         progress(0.95, desc="warming up")
         warm_up(state)
-    except Exception as exc:  # the previous pair stays loaded
+    except Exception as exc:  # the previous pair stays loaded, unless the new one loaded and then failed
         state.load_error = ui_message(exc)
-        kept = " The previous pair is still loaded." if state.pair is not None else ""
+        kept = (" The previous pair is still loaded." if state.pair is not None and state.pair is before
+                else " The new pair loaded but failed its first tokens." if state.pair is not None else "")
         return panel.status_html(f"Could not load: {state.load_error}.{kept}", "error"), info_html(state)
     return panel.status_html(f"Loaded. {line}", "ok"), info_html(state)
