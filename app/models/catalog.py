@@ -84,6 +84,8 @@ class Catalog:
     errors: list[str] = field(default_factory=list)
     name: str = "models.toml"
     bad_default: Optional[str] = None  # the error of a pair marked default that was left out
+    files: set[str] = field(default_factory=set)  # every model file the catalog names, left-out entries' too
+    complete: bool = True  # False when the file or its [models] table could not be read at all
 
     def default_pair(self) -> PairEntry:
         """The pair marked ``default``; the first pair when none is marked. A default pair whose entry was
@@ -238,10 +240,12 @@ def _load(path: Path) -> Catalog:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
-        return Catalog(errors=[f"not a readable TOML file: {why}"], name=path.name)
-    cat = Catalog(name=path.name)
+        return Catalog(errors=[f"not a readable TOML file: {why}"], name=path.name, complete=False)
+    cat = Catalog(name=path.name, complete="models" in raw)
     model_errors: dict[str, str] = {}
     for mid, body in _table(raw, "models", cat).items():
+        if isinstance(body, dict) and isinstance(body.get("file"), str):
+            cat.files.add(body["file"])
         try:
             _check_id(mid)
             if not isinstance(body, dict):
@@ -291,5 +295,6 @@ def _table(raw: dict, name: str, cat: Catalog) -> dict:
     value = raw.get(name, {})
     if not isinstance(value, dict):
         cat.errors.append(f"{name}: must be a table of entries")
+        cat.complete = False
         return {}
     return value

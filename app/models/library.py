@@ -219,17 +219,21 @@ def recover(cat: Optional[Catalog] = None) -> list[str]:
         lines.append(f"removed {len(removed)} unfinished file{'s' if len(removed) > 1 else ''} that stopped "
                      f"processes left in {paths.home()}: {', '.join(sorted(p.name for p in removed))[:300]}")
     cat = cat or load()
-    catalog_files = {entry.file for entry in cat.models.values()}
     with locked():
         data = _read()
         known = {Path(rec["path"]).resolve() for rec in data["models"].values()}
         found = []
-        for path in sorted(paths.models_dir().glob("*.gguf")):
-            if path.name not in catalog_files and path.is_file() and path.resolve() not in known:
-                mid = _free_id(slug(path.stem), path, "found", data["models"])
-                data["models"][mid] = {"id": mid, "path": str(path.resolve()), "source": "import",
-                                       "name": path.stem, "copied": True}
-                found.append((path.name, mid))
+        orphans = [path for path in sorted(paths.models_dir().glob("*.gguf"))
+                   if path.name not in cat.files and path.is_file() and path.resolve() not in known]
+        if orphans and not cat.complete:  # which files are the catalog's is unknown: none is taken for an orphan
+            lines.append(f"{cat.name} has no readable [models] table: {len(orphans)} file(s) in the models folder "
+                         "with no record were left as they are")
+            orphans = []
+        for path in orphans:
+            mid = _free_id(slug(path.stem), path, "found", data["models"])
+            data["models"][mid] = {"id": mid, "path": str(path.resolve()), "source": "import", "name": path.stem,
+                                   "copied": True}
+            found.append((path.name, mid))
         if found:
             _write(data)
         for manifest in paths.models_dir().glob("*.gguf.ok"):  # a deleted model's description, left behind

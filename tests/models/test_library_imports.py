@@ -177,3 +177,15 @@ def test_only_the_temporary_files_of_stopped_processes_are_cleaned(tmp_path, mon
         sleeper.wait()
     assert set(removed) == {dead, dead_json, old_unnamed}
     assert live_other.exists() and mine.exists() and new_unnamed.exists()
+
+
+def test_an_unreadable_catalog_never_turns_its_files_into_orphans(tmp_path, monkeypatch):
+    from app.models import catalog, library
+
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    (paths.models_dir() / "Catalog-Model.gguf").write_bytes(b"GGUF")  # a catalog model's file
+    broken = tmp_path / "models.toml"
+    for text in ("this is [not toml", "", "[models.x]\nfile = \"Catalog-Model.gguf\"\n"):  # the last: left out
+        broken.write_text(text, encoding="utf-8")
+        library.recover(catalog.load(broken))
+        assert library.installed(catalog.load(broken), with_meta=False) == []
