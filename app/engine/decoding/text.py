@@ -38,7 +38,8 @@ def render_chat(template: Optional[str], messages: Sequence[dict], bos: str = ""
 
 
 class Utf8Stream:
-    """Turns token byte pieces into text, holding back a character split across tokens until it is whole."""
+    """Turns token byte pieces into text, holding back a character split across tokens until it is whole. Bytes
+    that can begin no character are U+FFFD at once; only the start of a character is ever held back."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -47,7 +48,10 @@ class Utf8Stream:
         return self._decoder.decode(piece)
 
     def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
+        """The end of the text: a character still held back was cut (``max_tokens``, a stop, a full context) and
+        is dropped, so a reply ends in whole characters and never in U+FFFD (half a character)."""
+        self._decoder.reset()
+        return ""
 
 
 _MARK = re.compile("\ue000(\\d+)\ue001")
