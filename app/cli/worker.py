@@ -3,20 +3,21 @@
 The other machine names it with ``--rpc host:port`` (or in Pair settings) and puts some of its target's layers
 here. The RPC protocol has no authentication and no encryption: anyone who reaches the port can use this
 machine's memory and devices, so the worker listens on 127.0.0.1 unless ``--host`` says otherwise, and then
-only on a network you trust.
+only on a network you trust. A gate in front of llama.cpp's server bounds what one client can ask
+(``engine/remote/gate.py``): the size of a message (``--max-message-mib``) and how long a quiet client keeps the
+worker from others (``--idle-timeout``).
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import sys
 
-from app.cli.args import port
+from app.cli.args import limit, port
 from app.engine.llama import devices
+from app.engine.remote import gate, rpc
 
-from app.engine.remote import rpc
 WARNING = """
 !!! WARNING: the RPC worker listens on {host}:{port} with NO authentication and NO encryption.
 !!! Anyone who can reach this port can read and write this machine's device memory and run work on it.
@@ -35,6 +36,12 @@ def register(sub) -> None:
     w.add_argument("--threads", type=int, default=0, help="CPU threads for a CPU device (default: physical cores)")
     w.add_argument("--cache", metavar="DIR",
                    help="keep large tensors in DIR, so reloading the same model sends only their hashes")
+    w.add_argument("--max-message-mib", type=limit("--max-message-mib", "message_mib"), metavar="MIB",
+                   help="the largest message a client may send, MiB; a larger one closes its connection "
+                        "(default: the memory of the largest device lent)")
+    w.add_argument("--idle-timeout", type=limit("--idle-timeout", "idle_seconds"), default=gate.IDLE_S,
+                   metavar="S", help=f"seconds a quiet client keeps the worker while another waits (default "
+                                     f"{gate.IDLE_S:g}; 0: for ever)")
     w.add_argument("--list-devices", action="store_true", help="list this machine's devices and exit")
     w.set_defaults(func=run)
 
@@ -48,16 +55,9 @@ def run(args: argparse.Namespace) -> int:
     args.device = rpc.check_devices(args.device)  # a bad name fails here, before anything listens
     if args.host not in rpc.LOOPBACK:
         print(WARNING.format(host=args.host, port=args.port), file=sys.stderr, flush=True)
-    # llama.cpp only prints "Failed to create server socket"; find out first, and say why.
-    try:
-        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((args.host, args.port))
-    except OSError as exc:
-        raise rpc.RpcError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} (another worker "
-                           "there? choose another --port)") from None
-    served = rpc.start(args.host, args.port, args.device, args.threads, args.cache)
+    mib = args.max_message_mib
+    served = rpc.start(args.host, args.port, args.device, args.threads, args.cache,
+                       max_message=int(mib * 2**20) if mib else None, idle=args.idle_timeout)
     print(f"[tandem] RPC worker on {args.host}:{args.port}; on the other machine: "
           f"--rpc {_reach(args.host)}:{args.port}. Ctrl+C stops it.", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -79,6 +79,9 @@ RANGES: dict[str, Range] = {
     "body_mib": Range(0.0, 4096.0, integer=False, lo_open=True,
                       note="--max-body-mib, TANDEM_MAX_BODY_MIB: request body, MiB"),
     "rpc_timeout": Range(0.0, 86400.0, integer=False, lo_open=True, note="TANDEM_RPC_TIMEOUT, seconds"),
+    "message_mib": Range(0.0, float(1 << 30), integer=False, lo_open=True,
+                         note="worker --max-message-mib: the largest RPC message a client may send"),
+    "idle_seconds": Range(0.0, 86400.0, integer=False, note="worker --idle-timeout; 0 = no limit"),
     "template_seconds": Range(0.0, 3600.0, integer=False, lo_open=True,
                               note="TANDEM_TEMPLATE_SECONDS: one chat template render, seconds"),
 }

@@ -21,19 +21,20 @@ import socket
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import llama_cpp as L
 
 from app.engine.llama import devices
 from app.engine.llama.backend import BackendError, default_threads
 from app.engine.llama.llamalog import quiet_logs
+from app.engine.remote import gate
+from app.engine.remote.gate import CAPS_SIZE, CMD_HELLO
 
 PROTO = (7, 0, 0)  # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION of the vendored ggml-rpc.h
 MAX_SERVERS = 16  # GGML_RPC_MAX_SERVERS
 DEFAULT_PORT = 50052  # rpc-server's default
-CMD_GET_DEVICE_MEMORY, CMD_HELLO, CMD_DEVICE_COUNT = 11, 14, 15
-CAPS_SIZE = 24  # RPC_CONN_CAPS_SIZE: all zero asks for plain TCP
+CMD_GET_DEVICE_MEMORY, CMD_DEVICE_COUNT = 11, 15  # (CMD_HELLO and CAPS_SIZE: gate.py, which reads the framing)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_DEVICES = 16  # devices one worker may report; llama.cpp's workers lend a handful (a larger count is garbage)
 MAX_BYTES = 1 << 50  # a device's memory as a worker reports it (1 PiB): anything larger is garbage
@@ -266,23 +267,56 @@ class Served:
     error: Optional[BaseException] = None
 
 
-def start(host: str, port: int, names: Sequence[str] = (), threads: int = 0,
-          cache_dir: Optional[str] = None) -> Served:
-    """Check the devices (:func:`check_devices`: a bad name raises here, before anything listens), then run
-    :func:`serve` on a daemon thread (the server blocks in C; the main thread stays free for signals)."""
+def start(host: str, port: int, names: Sequence[str] = (), threads: int = 0, cache_dir: Optional[str] = None,
+          max_message: Optional[int] = None, idle: float = gate.IDLE_S, log: gate.Log = gate.say) -> Served:
+    """Check the devices (:func:`check_devices`: a bad name raises here, before anything listens) and listen on
+    ``host:port`` (:func:`listen`), then run :func:`serve` on a loopback port of its own and the gate in front of
+    it (``gate.py``: messages up to ``max_message`` bytes, by default the largest lent device's memory; a client
+    idle ``idle`` s gives way to a waiting one), each on a daemon thread (the server blocks in C; the main thread
+    stays free for signals)."""
     names = check_devices(names)
+    listener = listen(host, port)
+    with socket.socket() as probe:  # the server's own port: loopback only, behind the gate
+        probe.bind(("127.0.0.1", 0))
+        inner = probe.getsockname()[1]
+    door = gate.Gate(listener, ("127.0.0.1", inner), max_message or largest_device(names), idle, log)
     served = Served(threading.Event())
 
-    def run() -> None:
+    def run(target: Callable[..., None], *args: object) -> None:
         try:
-            serve(host, port, names, threads, cache_dir)
+            target(*args)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, which exits with it
             served.error = exc
         finally:
             served.ended.set()
 
-    threading.Thread(target=run, daemon=True, name="rpc-server").start()
+    threading.Thread(target=run, args=(serve, "127.0.0.1", inner, names, threads, cache_dir), daemon=True,
+                     name="rpc-server").start()
+    threading.Thread(target=run, args=(door.run,), daemon=True, name="rpc-gate-door").start()
     return served
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, or RpcError saying why not (llama.cpp only says "Failed to create
+    server socket")."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(gate.WAITING)
+    except OSError as exc:
+        sock.close()
+        raise RpcError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (another worker there? choose "
+                       "another --port)") from None
+    return sock
+
+
+def largest_device(names: Sequence[str]) -> int:
+    """Bytes of the largest of the devices ``names``: no tensor sent to them can be larger (the gate's default
+    limit on a message, with a MiB for the tensor's description)."""
+    wanted = {n.lower() for n in names}
+    sizes = [d.total for d in devices.local_devices() if d.name.lower() in wanted]
+    return (max(sizes, default=0) or 64 << 30) + (1 << 20)
 
 
 def serve(host: str, port: int, names: Sequence[str] = (), threads: int = 0,

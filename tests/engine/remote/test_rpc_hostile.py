@@ -1,6 +1,7 @@
 """Hostile input, part 3: RPC. A fake worker on 127.0.0.1 that speaks the protocol's first messages but
 answers with counts and sizes no llama.cpp worker sends, one that goes silent, and the real ``launcher.py
-worker`` given a device that does not exist."""
+worker`` given a device that does not exist; then hostile clients of a real worker: a 9-byte header declaring
+1 GiB, a message that stops half-way, a client that connects and says nothing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -140,10 +142,111 @@ def test_a_server_that_cannot_start_ends_its_run():
         pytest.fail("this llama.cpp build has no RPC backend")
     with pytest.raises(rpc.RpcError, match="no device 'NOPE'"):
         rpc.start("127.0.0.1", 1, ["NOPE"])  # raised here, before any thread
-    with socket.socket() as held:  # the port is taken: llama.cpp cannot listen, the run ends
+    with socket.socket() as held:  # the port is taken: said at once, before anything starts
         held.bind(("127.0.0.1", 0))
         held.listen(1)
-        code = (f"from app.engine.remote import rpc; s = rpc.start('127.0.0.1', {held.getsockname()[1]}, ['CPU'], 1); "
-                "print('ended' if s.ended.wait(60) else 'alive', s.error)")
+        port = held.getsockname()[1]
+        with pytest.raises(rpc.RpcError, match=f"cannot listen on 127.0.0.1:{port}"):
+            rpc.start("127.0.0.1", port, ["CPU"], 1)
+        # llama.cpp's own server behind the gate, on a taken port: its run ends (start() then sets `ended`)
+        code = f"from app.engine.remote import rpc; rpc.serve('127.0.0.1', {port}, ['CPU'], 1); print('ended')"
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "ended None" in out.stdout and "alive" not in out.stdout, out.stdout + out.stderr
+    assert "ended" in out.stdout, out.stdout + out.stderr
+
+
+# --- the worker's gate (gate.py): what one client can make a real worker do ------------------------------
+
+def start_worker(*options: str) -> tuple[subprocess.Popen, int, Path]:
+    """``launcher.py worker`` with ``options`` on a free port; (process, port, its log file)."""
+    if not rpc.supported():
+        pytest.fail("this llama.cpp build has no RPC backend")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = Path(tempfile.mkstemp(prefix="tandem-worker-", suffix=".log")[1])
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "launcher.py"), "worker", "--port", str(port),
+                                 "--threads", "1", *options], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while "RPC worker on" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the worker did not start: {log.read_text()}")
+        time.sleep(0.2)
+    return proc, port, log
+
+
+def rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) // 1024
+
+
+def greeted(port: int) -> socket.socket:
+    """A raw connection that has said the RPC handshake and read its answer."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(struct.pack("<BQ", rpc.CMD_HELLO, rpc.CAPS_SIZE) + bytes(rpc.CAPS_SIZE))
+    (size,) = struct.unpack("<Q", rpc._recv(sock, 8))
+    assert rpc._recv(sock, size)[:3] == bytes(rpc.PROTO)
+    return sock
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+SET_TENSOR = 6
+
+
+def test_a_declared_size_over_the_limit_closes_the_connection_and_allocates_nothing():
+    proc, port, log = start_worker("--max-message-mib", "64")
+    try:
+        sock = greeted(port)
+        before = rss_mib(proc.pid)
+        sock.sendall(struct.pack("<BQ", SET_TENSOR, 1 << 30))  # 9 bytes asking for 1 GiB (once: +1 GiB of RSS)
+        assert closed_within(sock, 30)
+        assert rss_mib(proc.pid) - before < 64
+        assert re.search(r"closed 127\.0\.0\.1:\d+: it declared a message of 1073741824 bytes \(command 6\), over "
+                         r"this worker's limit of 67108864 bytes \(--max-message-mib\); nothing was allocated",
+                         log.read_text()), log.read_text()
+        assert rpc.probe(f"127.0.0.1:{port}").devices  # the worker serves the next client
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_declared_size_under_the_limit_takes_only_what_arrives_and_a_stall_is_closed():
+    proc, port, log = start_worker("--idle-timeout", "2")  # the default limit: the largest lent device's memory
+    try:
+        sock = greeted(port)
+        before = rss_mib(proc.pid)
+        sock.sendall(struct.pack("<BQ", SET_TENSOR, 1 << 30) + bytes(1 << 20))  # 1 GiB declared, 1 MiB sent
+        time.sleep(1)
+        assert rss_mib(proc.pid) - before < 64  # once: llama.cpp's server took the whole GiB at the header
+        assert closed_within(sock, 30)
+        assert re.search(r"closed 127\.0\.0\.1:\d+: it stopped for \d+ s inside a message", log.read_text())
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_an_idle_client_gives_way_to_a_waiting_one():
+    proc, port, log = start_worker("--idle-timeout", "2")
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        silent = socket.create_connection(("127.0.0.1", port))  # connects and says nothing (once: for ever)
+        t0 = time.monotonic()
+        assert rpc.probe(endpoint, timeout=30).devices
+        quiet = greeted(port)  # a client that said HELLO, then nothing
+        assert rpc.probe(endpoint, timeout=30).devices
+        assert time.monotonic() - t0 < 60
+        assert closed_within(silent, 5) and closed_within(quiet, 5)
+        assert len(re.findall(r"was idle for \d+ s while another client waited", log.read_text())) == 2
+    finally:
+        proc.kill()
+        proc.wait(10)
