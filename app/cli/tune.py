@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from app import paths
+from app.cli import sizes
 from app.cli.args import add_gpu_args, fail, limit, load, reproduce_command
 from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
@@ -71,12 +72,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--show", type=limit("run id", "run_id"), metavar="ID", help="print a stored run's report")
     g.add_argument("--compare", metavar="A,B", help="compare two stored runs")
     g.add_argument("--delete", type=limit("run id", "run_id"), metavar="ID", help="delete a stored run and its files")
+    sizes.register(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.history or args.show or args.compare or args.delete:
         return _history(args)
+    if args.sizes is not None:
+        return sizes.run(args)
     return _sweep(args)
 
 
@@ -207,5 +211,5 @@ def _history(args: argparse.Namespace) -> int:
         print("[tune] no runs stored yet")
     for run in runs:
         print(f"#{run['id']:<4} {run['created_at']}  {run['pair_id'] or '-':<14} {run['status']:<11} "
-              f"{'quick' if run['quick'] else 'full ':<5}  {recommendation_line(run['best'])}")
+              f"{run['kind']:<5}  {recommendation_line(run['best'])}")
     return 0

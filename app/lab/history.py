@@ -234,6 +234,7 @@ class History:
         return {"id": row["id"], "created_at": row["created_at"], "finished_at": row["finished_at"],
                 "pair_id": row["pair_id"], "target": row["target"], "status": status,
                 "quick": bool(config.get("quick")), "best": _loads(row["best"]),
+                "kind": config.get("kind") or ("quick" if config.get("quick") else "full"),  # sizes: sizes.py
                 "fingerprint": machine.get("fingerprint"),
                 "machine_line": f"{machine.get('cpu', '?')} / {machine.get('backend', '?')} / "
                                 f"llama-cpp-python {machine.get('llama_cpp', '?')}"}

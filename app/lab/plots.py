@@ -2,7 +2,8 @@
 
 - speedup vs K, one line per draft, with the predicted bound (dashed, same colour) and the min–max spread;
 - per-position acceptance: for each draft at its best K, how often draft position i was accepted;
-- measured vs predicted speedup: one point per cell against the y = x line.
+- measured vs predicted speedup: one point per cell against the y = x line;
+- the size sweep's two: speedup vs the target's parameters and speedup vs the draft's cost c, each with the bound.
 
 Legends sit below the axes, outside the plotted area, and text is 9-11 pt, so that the figures stay readable
 when the app shows two side by side.
@@ -15,9 +16,10 @@ from typing import Optional, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, NullLocator
 
 from app.engine.names import AUTO_K
+from app.models.standin import params_label
 
 PLOTS = {
     "speedup_vs_k": "speedup_vs_k.png",
@@ -164,3 +166,83 @@ def write_all(cells: Sequence[dict], folder: Path, title: Optional[str] = None) 
         "per_position": per_position(cells, folder / PLOTS["per_position"]),
         "measured_vs_predicted": measured_vs_predicted(cells, folder / PLOTS["measured_vs_predicted"]),
     }
+
+
+# --- the size sweep (sizes.py): how big must the target be? ------------------------------------------------------
+
+SIZE_PLOTS = {"speedup_vs_size": "speedup_vs_size.png", "speedup_vs_c": "speedup_vs_c.png"}
+
+
+def _size_tag(row: dict) -> str:
+    return f"x{row['factor']} {row['ftype']}"
+
+
+def speedup_vs_size(rows: Sequence[dict], rec: dict, path: Path) -> Path:
+    """Measured speedup (bars: min–max over prompts) and the bound against the target's parameters (log axis),
+    the 'pays' threshold, and where the recommendation puts the crossing."""
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    pts = sorted((r for r in rows if r.get("speedup") is not None), key=lambda r: r["params"])
+    if pts:
+        xs = [r["params"] / 1e9 for r in pts]
+        ys = [r["speedup"] for r in pts]
+        lo = [max(0.0, r["speedup"] - (r.get("speedup_min") or r["speedup"])) for r in pts]
+        hi = [max(0.0, (r.get("speedup_max") or r["speedup"]) - r["speedup"]) for r in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color="C0", label="measured speedup")
+        bounds = [(r["params"] / 1e9, r["bound"]) for r in pts if r.get("bound") is not None]
+        if bounds:
+            ax.plot(*zip(*bounds), linestyle="--", marker="x", color="C1", label="Leviathan bound (same runs)")
+        for x, y, r in zip(xs, ys, pts):
+            ax.annotate(_size_tag(r), (x, y), fontsize=8, xytext=(4, -12), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(NullLocator())  # the sizes themselves are the ticks, named as people say them
+        ax.set_xticks(xs, [params_label(r["params"]) for r in pts])
+        ax.set_xlim(min(xs) / 1.4, max(xs) * 1.4)
+    else:
+        _empty(ax)
+    threshold = rec.get("threshold")
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="plain decoding (1.0x)")
+    if threshold:
+        ax.axhline(threshold, color="C2", linewidth=0.8, linestyle="-.", label=f"pays ({threshold:.1f}x)")
+    if rec.get("kind") == "crossing" and rec.get("params"):
+        ax.axvline(rec["params"] / 1e9, color="C2", linewidth=1.0, linestyle=":",
+                   label=f"pays from ~{params_label(int(rec['params']))}")
+    ax.set_xlabel("target size (parameters, log scale)")
+    ax.set_ylabel("speedup over plain decoding (x)")
+    ax.set_title("Speedup vs target size (same draft, stand-in targets)")
+    _legend(ax)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def speedup_vs_c(rows: Sequence[dict], path: Path) -> Path:
+    """Measured speedup against the draft's cost c at each size, with the bound: each size's own (x) and the
+    curve E(α, K) / (K·c + v) at the median α, mean K and v over the sizes."""
+    from app.engine.stats import leviathan_bound, median
+
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    pts = [r for r in rows if r.get("speedup") is not None and r.get("c") is not None]
+    if pts:
+        ax.scatter([r["c"] for r in pts], [r["speedup"] for r in pts], color="C0", zorder=3, label="measured speedup")
+        for r in pts:
+            ax.annotate(_size_tag(r), (r["c"], r["speedup"]), fontsize=8, xytext=(4, 4), textcoords="offset points")
+        marks = [(r["c"], r["bound"]) for r in pts if r.get("bound") is not None]
+        if marks:
+            ax.scatter(*zip(*marks), marker="x", color="C1", label="bound at each size")
+        alpha, k, v = (median(r.get(key) for r in pts) for key in ("alpha", "mean_k", "v"))
+        if alpha is not None and k and v:
+            top = max(max(r["c"] for r in pts) * 1.2, 0.5)
+            cs = [top * i / 100 for i in range(1, 101)]
+            ax.plot(cs, [leviathan_bound(alpha, k, c, v) for c in cs], linestyle="--", color="C1", alpha=0.8,
+                    label=f"bound at α {alpha:.2f}, K {k:.1f}, v {v:.2f} (medians)")
+            ax.set_xlim(0, top)
+    else:
+        _empty(ax)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("c: a draft token's cost in target steps")
+    ax.set_ylabel("speedup over plain decoding (x)")
+    ax.set_title("Speedup vs the draft's cost c")
+    _legend(ax)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)

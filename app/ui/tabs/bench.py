@@ -25,6 +25,7 @@ from app.service.faster import use_draft
 from app.service.state import session_key
 from app.ui import panel
 from app.ui.api import disk_words, refused
+from app.ui.tabs import sizes
 from app.ui.controls import GEN
 from app.ui.panel import _fmt as _f
 
@@ -78,7 +79,7 @@ def lab_glossary_html() -> str:
 
 
 def history_rows(hist: History) -> list[list]:
-    return [[r["id"], r["created_at"], r["pair_id"] or "–", r["status"], "quick" if r["quick"] else "full",
+    return [[r["id"], r["created_at"], r["pair_id"] or "–", r["status"], r["kind"],
              recommendation_line(r["best"]) if r["best"] else "–"] for r in hist.list()]
 
 
@@ -200,6 +201,7 @@ def layout(hist: Histories) -> SimpleNamespace:
             gr.HTML(lab_glossary_html(), elem_id="tdm-lab-glossary")
     cells = gr.Dataframe(headers=CELL_HEADERS, value=[], label="Cells (best first)", interactive=False,
                          elem_id="tdm-cells")
+    size_view = sizes.layout()  # how big must the target be? (stand-in sizes)
     with gr.Accordion("Raw result (JSON)", open=False):
         result_json = gr.JSON(label="result")
     with gr.Accordion("History", open=True, elem_id="tdm-history"):
@@ -258,6 +260,7 @@ def wire(state, v: SimpleNamespace, hist: Histories) -> None:
     v.delete_btn.click(lambda a: delete_run(hist, a), [v.run_a], [v.history_md, v.runs], api_visibility="private")
     v.export_btn.click(lambda a: export_run(hist, a), [v.run_a], [v.history_md, v.report_file],
                        api_visibility="private")
+    sizes.wire(state, v.size_view, v, hist, history_rows)
 
 
 # --- the handlers ---------------------------------------------------------------------------------------------
