@@ -140,6 +140,7 @@ class TemplateBox:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: Optional[subprocess.Popen] = None
+        self._pid = os.getpid()  # a forked copy of this process starts a child of its own
 
     def render(self, template: str, variables: dict, seconds: float, chars: int) -> str:
         """``template`` rendered with ``variables`` (JSON values) within ``seconds`` and ``chars``; TemplateError
@@ -182,6 +183,8 @@ class TemplateBox:
         return text
 
     def _child(self) -> subprocess.Popen:
+        if self._pid != os.getpid():
+            self._proc, self._pid = None, os.getpid()
         if self._proc is None or self._proc.poll() is not None:
             root = str(Path(__file__).resolve().parents[3])
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
