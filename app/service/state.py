@@ -38,6 +38,7 @@ class AppState:
     gpu_layers: tuple = ("auto", "auto")  # (target, draft) as asked: a number of layers or "auto"
     gpu_choice: Optional[Any] = None  # the offload.Choice the loaded pair was loaded with
     recent: dict[str, Any] = field(default_factory=dict)  # latest Compare per pair+settings (service/speedup.py)
+    offer: Optional[Any] = None  # a stand-in pair offered or loaded where the pair cannot pay (service/firstrun.py)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
     # called with (DoneEvent, GenConfig) after every generation the runner completes (e.g. the /metrics counters)
     observers: list[Callable[[Any, Any], None]] = field(default_factory=list)

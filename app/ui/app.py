@@ -18,11 +18,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and privat
 import gradio as gr  # noqa: E402
 
 from app.engine.remote.rpc import LOOPBACK  # noqa: E402
-from app.service import settings as S  # noqa: E402
+from app.service import firstrun, settings as S  # noqa: E402
 from app.service.loading import app_state, say, startup_pair  # noqa: E402
 from app.service.ports import free_port  # noqa: E402
 from app.service.state import AppState, backend_name, session_key  # noqa: E402
-from app.ui import api, panel  # noqa: E402
+from app.ui import api, offer, panel  # noqa: E402
 from app.ui.controls import GEN, Controls, problem, summary_html  # noqa: E402
 from app.ui.tabs import bench, chat, compare, models, pair  # noqa: E402
 
@@ -39,6 +39,7 @@ def build_app(state: AppState) -> gr.Blocks:
     with gr.Blocks(title="Tandem — speculative decoding", analytics_enabled=False) as demo:
         _api_endpoints(state)  # first, so /chat and /compare keep their names whatever the tabs call their handlers
         header = gr.HTML(_header(state), elem_id="tdm-header")
+        offer_view = offer.layout()  # a stand-in target, where the loaded pair cannot pay here (service/firstrun.py)
         with gr.Tabs() as tabs:
             with gr.Tab("Chat", id="chat"):
                 chat_layout = chat.layout(state)
@@ -57,6 +58,11 @@ def build_app(state: AppState) -> gr.Blocks:
                        [chat_view.goto, compare_view.goto], tabs)
         pair_loaded.then(lambda: _header(state, ready=True), None, [header], api_visibility="private", queue=False,
                          show_progress="hidden")
+        for switched in offer.wire(demo, state, offer_view):  # the offer loaded another pair: what names it follows
+            switched.then(lambda: _header(state, ready=True), None, [header], api_visibility="private", queue=False,
+                          show_progress="hidden")
+            switched.then(lambda: pair.info_html(state), None, [pair_info], api_visibility="private", queue=False,
+                          show_progress="hidden")
         pair_loaded.then(lambda: gen.choices(state), None, gen.components,  # MTP offered or not
                          api_visibility="private", queue=False, show_progress="hidden")
         local = chat_view.local + compare_view.local
@@ -193,6 +199,7 @@ def serve(host: str = "127.0.0.1", port: int = 7860, open_browser: bool = True, 
         say(f"WARNING: serving on {host} — reachable from other machines; protect it (password, firewall).")
     state = app_state(gpu_layers, rpc)
     startup_pair(state, pair_id)
+    firstrun.at_start(state, explicit=pair_id is not None, announce=say)  # a GPU where the demo pair cannot pay
     demo = build_app(state)
     demo.queue(default_concurrency_limit=4)
     chosen = free_port(host, port)
