@@ -4,8 +4,8 @@ The other machine names it with ``--rpc host:port`` (or in Pair settings) and pu
 here. The RPC protocol has no authentication and no encryption: anyone who reaches the port can use this
 machine's memory and devices, so the worker listens on 127.0.0.1 unless ``--host`` says otherwise, and then
 only on a network you trust. A gate in front of llama.cpp's server bounds what one client can ask
-(``engine/remote/gate.py``): the size of a message (``--max-message-mib``) and how long a quiet client keeps the
-worker from others (``--idle-timeout``).
+(``engine/remote/gate.py``): the size of a message (``--max-message-mib``), how long a client may stall inside one
+(``--idle-timeout``) and how long a quiet client keeps the worker from others (``--hold-timeout``).
 """
 
 from __future__ import annotations
@@ -40,8 +40,11 @@ def register(sub) -> None:
                    help="the largest message a client may send, MiB; a larger one closes its connection "
                         "(default: the memory of the largest device lent)")
     w.add_argument("--idle-timeout", type=limit("--idle-timeout", "idle_seconds"), default=gate.IDLE_S,
-                   metavar="S", help=f"seconds a quiet client keeps the worker while another waits (default "
-                                     f"{gate.IDLE_S:g}; 0: for ever)")
+                   metavar="S", help=f"seconds a client may stall inside a message or stop reading the answers "
+                                     f"(default {gate.IDLE_S:g}; 0: for ever)")
+    w.add_argument("--hold-timeout", type=limit("--hold-timeout", "idle_seconds"), default=gate.HOLD_S,
+                   metavar="S", help=f"seconds a quiet client (a loaded pair between chats) keeps the worker while "
+                                     f"another waits (default {gate.HOLD_S:g}; 0: for ever)")
     w.add_argument("--list-devices", action="store_true", help="list this machine's devices and exit")
     w.set_defaults(func=run)
 
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         print(WARNING.format(host=args.host, port=args.port), file=sys.stderr, flush=True)
     mib = args.max_message_mib
     served = rpc.start(args.host, args.port, args.device, args.threads, args.cache,
-                       max_message=int(mib * 2**20) if mib else None, idle=args.idle_timeout)
+                       max_message=int(mib * 2**20) if mib else None, idle=args.idle_timeout,
+                       hold=args.hold_timeout)
     print(f"[tandem] RPC worker on {args.host}:{args.port}; on the other machine: "
           f"--rpc {_reach(args.host)}:{args.port}. Ctrl+C stops it.", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

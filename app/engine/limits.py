@@ -81,7 +81,7 @@ RANGES: dict[str, Range] = {
     "rpc_timeout": Range(0.0, 86400.0, integer=False, lo_open=True, note="TANDEM_RPC_TIMEOUT, seconds"),
     "message_mib": Range(0.0, float(1 << 30), integer=False, lo_open=True,
                          note="worker --max-message-mib: the largest RPC message a client may send"),
-    "idle_seconds": Range(0.0, 86400.0, integer=False, note="worker --idle-timeout; 0 = no limit"),
+    "idle_seconds": Range(0.0, 86400.0, integer=False, note="worker --idle-timeout / --hold-timeout; 0 = no limit"),
     "template_seconds": Range(0.0, 3600.0, integer=False, lo_open=True,
                               note="TANDEM_TEMPLATE_SECONDS: one chat template render, seconds"),
 }

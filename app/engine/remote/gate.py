@@ -12,9 +12,10 @@ the worker's address:
   its header, so the server allocates only what a client has really sent;
 * a client must send its handshake (HELLO) within ``HELLO_S`` seconds and may not stall inside a message for
   ``idle`` seconds (``--idle-timeout``);
-* a client quiet between messages for ``idle`` seconds gives way as soon as another is waiting (at most
-  ``WAITING`` wait; more are refused at once). A loaded split target is quiet between chats: an app whose worker
-  was handed to another finds it gone at its next pass and says so (reload the pair).
+* a client quiet between messages for ``hold`` seconds (``--hold-timeout``) gives way as soon as another is
+  waiting (at most ``WAITING`` wait; more are refused at once). A loaded split target is quiet between chats
+  and its weights live in the server for its connection only, so ``hold`` is long (a reader pausing over a
+  reply keeps the worker); an app whose worker was handed to another finds it gone at its next pass and says so.
 
 The gate reads the protocol's framing only (one command byte, a little-endian u64 size, the payload; ``rpc.py``)
 and relays the rest as it is; the handshake's transport capabilities are zeroed, so that the connection stays
@@ -39,6 +40,7 @@ STREAM = 16 << 20  # bytes of a message relayed as they arrive; a larger one is 
 CHUNK = 1 << 20
 HELLO_S = 10.0
 IDLE_S = 60.0
+HOLD_S = 900.0
 WAITING = 16
 TICK = 0.5  # seconds between the checks of a quiet connection
 CONNECT_S = 30.0  # for the server behind the gate to start listening
@@ -61,8 +63,9 @@ class _Ended(Exception):
 
 class Gate:
     def __init__(self, listener: socket.socket, backend: tuple[str, int], limit: int, idle: float = IDLE_S,
-                 log: Log = say):
+                 log: Log = say, hold: float = HOLD_S):
         self.listener, self.backend, self.limit, self.idle, self.log = listener, backend, limit, idle, log
+        self.hold = hold
         self._waiting: deque[tuple[socket.socket, str]] = deque()
         self._cond = threading.Condition()
 
@@ -194,8 +197,9 @@ class _Session:
             quiet = now - self.last
             if idle and quiet >= idle and not between:
                 raise Closed(f"it stopped for {quiet:.0f} s inside a message (--idle-timeout)")
-            if idle and quiet >= idle and self.gate.someone_waits():
-                raise Closed(f"it was idle for {quiet:.0f} s while another client waited (--idle-timeout)")
+            hold = self.gate.hold
+            if between and hold and quiet >= hold and self.gate.someone_waits():
+                raise Closed(f"it was idle for {quiet:.0f} s while another client waited (--hold-timeout)")
 
     def _connect(self) -> socket.socket:
         deadline = time.monotonic() + CONNECT_S

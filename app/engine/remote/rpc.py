@@ -268,18 +268,20 @@ class Served:
 
 
 def start(host: str, port: int, names: Sequence[str] = (), threads: int = 0, cache_dir: Optional[str] = None,
-          max_message: Optional[int] = None, idle: float = gate.IDLE_S, log: gate.Log = gate.say) -> Served:
+          max_message: Optional[int] = None, idle: float = gate.IDLE_S, log: gate.Log = gate.say,
+          hold: float = gate.HOLD_S) -> Served:
     """Check the devices (:func:`check_devices`: a bad name raises here, before anything listens) and listen on
     ``host:port`` (:func:`listen`), then run :func:`serve` on a loopback port of its own and the gate in front of
     it (``gate.py``: messages up to ``max_message`` bytes, by default the largest lent device's memory; a client
-    idle ``idle`` s gives way to a waiting one), each on a daemon thread (the server blocks in C; the main thread
+    stalled ``idle`` s inside a message is let go, one quiet ``hold`` s between messages gives way to a waiting
+    one), each on a daemon thread (the server blocks in C; the main thread
     stays free for signals)."""
     names = check_devices(names)
     listener = listen(host, port)
     with socket.socket() as probe:  # the server's own port: loopback only, behind the gate
         probe.bind(("127.0.0.1", 0))
         inner = probe.getsockname()[1]
-    door = gate.Gate(listener, ("127.0.0.1", inner), max_message or largest_device(names), idle, log)
+    door = gate.Gate(listener, ("127.0.0.1", inner), max_message or largest_device(names), idle, log, hold)
     served = Served(threading.Event())
 
     def run(target: Callable[..., None], *args: object) -> None:

@@ -236,7 +236,7 @@ def test_a_declared_size_under_the_limit_takes_only_what_arrives_and_a_stall_is_
 
 
 def test_an_idle_client_gives_way_to_a_waiting_one():
-    proc, port, log = start_worker("--idle-timeout", "2")
+    proc, port, log = start_worker("--idle-timeout", "2", "--hold-timeout", "2")
     endpoint = f"127.0.0.1:{port}"
     try:
         silent = socket.create_connection(("127.0.0.1", port))  # connects and says nothing (once: for ever)
