@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _progress(fraction: float, what: str) -> None:
+    if what.endswith("deriving the stand-in"):
+        return  # the derive draws its own bar
     print(f"\r[sizes] {fraction:4.0%} {what}"[:100].ljust(100), end="", file=sys.stderr, flush=True)
 
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from app import paths
 from app.engine.errors import BadInput
+from app.engine.llama.backend import BackendError
 from app.engine.loop import GenConfig
 from app.engine.names import ProposerName
 from app.engine.decoding.sampling import SamplerSettings
@@ -299,7 +300,12 @@ def sweep(source: Path, draft: Path, plans: Sequence[SizePlan], cfg: SizeConfig,
             out.partial = True
             break
         part(derive_share, "loading")
-        with load(target, draft) as pair:
+        try:
+            pair = load(target, draft)
+        except BackendError as exc:  # llama.cpp could not load it here after all (memory taken meanwhile…)
+            out.skipped.append({"size": p.label, "reason": f"could not be loaded: {exc}"})
+            continue
+        with pair:
             result = _bench(pair, cfg, lambda done, total, what: part(
                 derive_share + (1 - derive_share) * done / max(total, 1), what), cancel)
         if result.per_prompt:
