@@ -293,10 +293,7 @@ class _Run:
         """The end: the proposer told where the reply ended, the text's last bytes, the DoneEvent."""
         if self.spec is not None:
             self.spec.finish(self.tokens, self.end)  # a mixing proposer's lookup remembers the reply's last tokens
-        tail = self.stream.flush()
-        if tail:
-            self.text.append(tail)
-            yield TokenEvent(token=-1, text=tail, kind=PLAIN, step=self.step, index=self.emitted)
+        self.stream.flush()  # a character the reply's end cut in half is dropped, not shown as U+FFFD
         self.stats.end(self.length.limit())
         yield DoneEvent(reason=self.reason or StopReason.STOPPED, stats=self.stats.summary(baseline_tps),
                         text="".join(self.text), tokens=tuple(self.tokens[len(self.prompt):]))

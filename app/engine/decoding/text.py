@@ -47,11 +47,10 @@ class Utf8Stream:
     def feed(self, piece: bytes) -> str:
         return self._decoder.decode(piece)
 
-    def flush(self) -> str:
+    def flush(self) -> None:
         """The end of the text: a character still held back was cut (``max_tokens``, a stop, a full context) and
         is dropped, so a reply ends in whole characters and never in U+FFFD (half a character)."""
         self._decoder.reset()
-        return ""
 
 
 _MARK = re.compile("\ue000(\\d+)\ue001")
