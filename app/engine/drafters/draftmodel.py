@@ -23,7 +23,7 @@ class DraftModelProposer(ProposerBase):
     Drafting stops early when the draft's top probability falls below ``p_min`` (llama.cpp's rule).
     """
 
-    name = ProposerName.DRAFT
+    name: str = ProposerName.DRAFT
     couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
 
     def __init__(self, model: DraftSource, p_min: float = 0.0, share: Optional[KvShare] = None):

@@ -127,7 +127,7 @@ class Prices:
 class DuoProposer(ProposerBase):
     """Lookup over the pair's suffix index and the draft model, one of them (or both) each step."""
 
-    name = ProposerName.AUTO
+    name: str = ProposerName.AUTO
     couples = True  # the draft model's tokens sample with the coupled rule's noise; lookup's are deterministic
     mixes = True  # the loop hands it the draft limit; it reads the controller's K for the draft model itself
     retest_tokens = 1  # a pause on acceptance is re-tested at each generation's start (loop.py), by one probe

@@ -18,7 +18,7 @@ class PromptLookupProposer(ProposerBase):
     An index from n-gram to its last position is updated incrementally as the history grows. Single-token
     matches are too unreliable to pay for their verification on a CPU, so the shortest match is a bigram."""
 
-    name = ProposerName.LOOKUP
+    name: str = ProposerName.LOOKUP
     # A pause on its acceptance is re-tested at each generation's start (loop.py) until this many of its tokens
     # were judged: acceptance belongs to the text (an edit request copies, a question does not), and a probe
     # costs nothing to propose, only its verify slots (the reply's first proposal often follows a code fence and

@@ -197,7 +197,7 @@ class MtpProposer(DraftModelProposer):
     :class:`MtpHead`. Its catch-up on the tokens just accepted is part of every step's cost here (the
     drafted entries are never kept), so it is timed as drafting, not as a one-off."""
 
-    name = ProposerName.MTP
+    name: str = ProposerName.MTP
 
     def __init__(self, head: DraftSource, p_min: float = 0.0):
         """``head``: an :class:`MtpHead`, or an assistant drafter (assistant.py)."""
