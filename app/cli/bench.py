@@ -17,6 +17,7 @@ from app.engine.names import AUTO_K, ProposerName
 from app.lab.bench import NEAR_TIE, REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.prompts import PromptFileError, load_prompts
+from app.models import standin
 from app.models.provision import ensure_pair
 from app.numfmt import fmt as _f
 
@@ -105,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}{kind}; "
           f"{len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={','.join(args.proposers)}", flush=True)
+    args.standin = standin.info(target)
+    if args.standin is not None:
+        print(f"[bench] target: {args.standin.caption}", flush=True)
     pair, gpu = load(target, draft if set(args.proposers) != {ProposerName.LOOKUP} else None, args, "bench")
     local = None
     if args.reference == "local":  # the same pair without the workers, loaded as auto would load it here
@@ -124,13 +128,14 @@ def run(args: argparse.Namespace) -> int:
         notices = [n for m in (pair.target, pair.draft) if m is not None for n in [m.memory_notice()] if n]
     command = reproduce_command(sys.argv)
     print(file=sys.stderr)
-    print(format_table(result))
+    print(_titled(format_table(result), args))
     for skip in result.skipped:
         print(f"skipped: prompt {skip['id']}: {skip['error']}")
     for notice in notices:  # hybrid memory: why a sequence was decoded again (once per model)
         print(f"memory: {notice}")
     if args.json_out:
-        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command, memory_notices=notices)
+        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command, memory_notices=notices,
+                   standin=args.standin.to_dict() if args.standin else None)
         Path(args.json_out).write_text(json.dumps(out, indent=2))
         print(f"[bench] wrote {args.json_out}")
     print(f"[bench] reproduce: {command}")
@@ -144,15 +149,21 @@ def _compare(pair, prompts, gen: GenConfig, args: argparse.Namespace, pair_id, g
     print(file=sys.stderr)
     for name, one in result.results.items():
         print(f"--proposer {name}")
-        print(format_table(one))
+        print(_titled(format_table(one), args))
         print()
     print(format_comparison(result))
     if args.json_out:
-        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command)
+        out = dict(result.to_dict(), pair=pair_id, gpu=gpu, command=command,
+                   standin=args.standin.to_dict() if args.standin else None)
         Path(args.json_out).write_text(json.dumps(out, indent=2))
         print(f"[bench] wrote {args.json_out}")
     print(f"[bench] reproduce: {command}")
     return 0
+
+
+def _titled(table: str, args: argparse.Namespace) -> str:
+    """The table, under the stand-in's caption when the target is one (its text is the small model's)."""
+    return f"target: {args.standin.caption}\n{table}" if args.standin is not None else table
 
 
 def _progress(done: int, total: int, what: str) -> None:

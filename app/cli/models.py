@@ -10,6 +10,8 @@
     models fit [--json]                  this machine's hardware and every catalog pair's fit
     models recommend [--vram GiB] [--ram GiB] [--ctx N] [--json]
     models derive TARGET --quant Q4_0    a small draft quantized from an installed target
+    models standin SOURCE (--factor N | --params 1.8B | --gib V) [--ftype F32] [--estimate]
+                                         a stand-in target: SOURCE widened with zero weights (same text, bigger cost)
 
 Errors (a missing file, a failed download, a full disk …) reach ``app.cli.main``, which prints one line and
 exits 2.
@@ -87,6 +89,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     der.add_argument("target")
     der.add_argument("--quant", default="Q4_0", choices=["Q4_0", "Q2_K"])
     der.set_defaults(func=cmd_derive)
+
+    st = msub.add_parser("standin", help="widen an installed llama/qwen2 model into a stand-in target: its exact "
+                                         "text at a bigger model's cost")
+    st.add_argument("source", help="installed model id or .gguf path")
+    size = st.add_mutually_exclusive_group(required=True)
+    size.add_argument("--factor", type=int, help="widen this many times (2 to 64)")
+    size.add_argument("--params", type=_count, help="the smallest factor that reaches this many parameters (1.8B, 500M)")
+    size.add_argument("--gib", type=float, help="the largest factor whose file fits in this many GiB")
+    st.add_argument("--ftype", default="F32", help="F32 (default), F16, or a quantized type (made through an F16 one)")
+    st.add_argument("--estimate", action="store_true", help="print what it would be; write nothing")
+    st.set_defaults(func=cmd_standin)
 
 
 def _recovered(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -241,6 +254,35 @@ def _table(rows: list[dict]) -> None:
         compat = {True: "compatible", False: "INCOMPATIBLE", None: "not checked"}[r["compatible"]]
         print(f"  {r['pair']:22s} {r['fit']:8s} {_gb(r.get('estimated_bytes')):>10s}  {compat:12s} "
               f"{r.get('reason', '')}")
+
+
+def _count(text: str) -> float:
+    """``1.8B`` or ``500M`` as a number of parameters."""
+    scale = {"B": 1e9, "M": 1e6}.get(text.strip()[-1:].upper())
+    try:
+        if scale is None:
+            raise ValueError
+        return float(text.strip()[:-1]) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a parameter count like 1.8B or 500M, not {text!r}") from None
+
+
+def cmd_standin(args: argparse.Namespace) -> int:
+    from app.models import standin
+
+    rec = library.find(args.source)
+    if rec is None:
+        fail(f"{args.source!r} is not an installed model or a .gguf file (`launcher.py models list`)")
+    factor = args.factor or standin.factor_for(rec["path"], params=args.params, gib=args.gib, ftype=args.ftype)
+    est = standin.estimate(rec["path"], factor, args.ftype)
+    print(f"x{factor} of {rec['id']}: {est.params_label} parameters ({est.n_layers} layers, n_embd {est.n_embd}, "
+          f"{est.n_head}/{est.n_head_kv} heads), {est.file_bytes / 1e9:.2f} GB {args.ftype} on disk, about "
+          f"{est.memory_bytes() / 2**30:.1f} GiB of memory to run at {standin.CTX} tokens")
+    if args.estimate:
+        return 0
+    out = standin.derive_installed(rec["id"], factor, args.ftype)
+    print(f"derived {out['id']}: {out['path']}\n  {out['caption']}")
+    return 0
 
 
 def cmd_derive(args: argparse.Namespace) -> int:

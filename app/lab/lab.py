@@ -19,7 +19,7 @@ from app.engine.names import ProposerName
 from app.engine.pair import Pair
 from app.lab.report import write_artifacts
 from app.engine.llama.vocab import check
-from app.models import library, meta
+from app.models import library, meta, standin
 from app.models.ggufheader import GGUFError
 from app.lab.tuned import machine_info, save_tuned, settings_from_recommendation
 from app.lab.result import SweepResult
@@ -153,8 +153,8 @@ def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],
         result = tune.sweep(pair, cfg, progress=progress, cancel=cancel)
         result.stamp(pair=pair_id, run_id=run_id, machine=machine, command=command)
         folder = artifacts_root() / f"run-{run_id:04d}"
-        result.stamp(files=write_artifacts(result.to_dict(), folder, meta={"id": run_id, "pair_id": pair_id,
-                                                                           "machine": machine}))
+        facts = {"id": run_id, "pair_id": pair_id, "machine": machine, "standin": standin.caption(pair.target.path)}
+        result.stamp(files=write_artifacts(result.to_dict(), folder, meta=facts))
         # a sweep in which nothing could be measured is a failure, never a complete run
         result.stamp(status=("partial" if result.partial else "complete") if result.cells else "failed")
         (folder / "result.json").write_text(json.dumps(result.to_dict(), indent=2), encoding="utf-8")

@@ -87,6 +87,8 @@ def markdown(result: dict, meta: Optional[dict] = None, images: Optional[dict] =
             f"{cfg.get('max_tokens', '?')} tokens each, temperature {cfg.get('temperature', '?')}, "
             f"repeats {cfg.get('repeats', 1)}{', quick' if cfg.get('quick') else ''}",
             f"- plain decoding: {_fmt(result.get('baseline_tps'), '.1f')} tokens/s (median)", ""]
+    if meta.get("standin"):
+        out[-1:] = [f"- {meta['standin']} (the text is the small model's, the cost per token the big one's)", ""]
     out += ["## Recommendation", ""]
     for cat, rec in (result.get("recommendations") or {}).items():
         out.append(f"- **{cat}**: {recommendation_line(rec)}")

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -50,11 +50,11 @@ _GEMMA = ("scales the token embeddings by sqrt(n_embd) before the first layer: t
           "by sqrt(f·n_embd), which changes every logit")
 REFUSED = {
     "gemma": _GEMMA, "gemma2": _GEMMA, "gemma3": _GEMMA, "gemma3n": _GEMMA, "gemma-embedding": _GEMMA,
-    "qwen3": "not checked yet: its per-head q/k norms stay per head_dim (nothing to widen), but no test model "
-             "covers it here",
+    "qwen3": "has per-head q/k norms, which the construction would keep as they are (per head_dim), but no "
+             "test model here covers it yet",
 }
 FACTORS = range(2, 65)  # x1 is the source itself
-FTYPES = ("F32", "F16")  # written directly; a quantized stand-in goes through an F16 one (derive.quantize)
+DIRECT = ("F32", "F16")  # written directly; another type goes through an F16 stand-in (derive.quantize)
 KEY_SOURCE, KEY_FACTOR, KEY_SOURCE_PARAMS = "tandem.standin.source", "tandem.standin.factor", \
     "tandem.standin.source_params"
 CTX = 4096  # the context the memory figure assumes (the app's default for a target)
@@ -96,7 +96,7 @@ class Estimate:
         return fit.parts(self.shape(), ctx).total
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__, params_label=self.params_label, memory_bytes=self.memory_bytes())
+        return dict(asdict(self), params_label=self.params_label, memory_bytes=self.memory_bytes())
 
 
 def params_label(n: int) -> str:
@@ -125,11 +125,12 @@ def estimate(source: Path | str, factor: int, ftype: str = "F32") -> Estimate:
 
 
 def _estimate(header: ggufheader.Header, factor: int, ftype: str) -> Estimate:
-    from app.models.derive import _BITS
+    from app.models.derive import _BITS, FTYPES
 
     _check_factor(factor)
-    if ftype not in _BITS:
-        raise StandinError(f"unknown type {ftype!r}; choose F32, F16 or a quantized type ({', '.join(_BITS)})")
+    if ftype not in FTYPES:
+        raise StandinError(f"unknown type {ftype!r}; choose F32, F16 or a type llama.cpp quantizes to "
+                           f"({', '.join(FTYPES)})")
     arch = check_source(header)
 
     def num(key: str, default: int = 0) -> int:
@@ -138,11 +139,11 @@ def _estimate(header: ggufheader.Header, factor: int, ftype: str) -> Estimate:
     n_embd, n_head = num("embedding_length"), num("attention.head_count")
     head_dim = num("attention.key_length", n_embd // n_head if n_head else 0)
     params = sum(math.prod(widen.widened_shape(t, factor)) for t in header.tensors)
-    direct = ftype if ftype in FTYPES else "F16"
+    direct = ftype if ftype in DIRECT else "F16"
     written = header.data_offset + widen.data_bytes(header, factor, direct)
-    file_bytes = written if ftype in FTYPES else int(params * _BITS[ftype] / 8) + header.data_offset
+    file_bytes = written if ftype in DIRECT else int(params * _BITS[ftype] / 8) + header.data_offset
     return Estimate(factor, ftype, arch, params, sum(t.n_elements for t in header.tensors), file_bytes,
-                    written if ftype in FTYPES else written + file_bytes, num("block_count"), n_embd * factor,
+                    written if ftype in DIRECT else written + file_bytes, num("block_count"), n_embd * factor,
                     n_head * factor, num("attention.head_count_kv", n_head) * factor, head_dim,
                     num("feed_forward_length") * factor, len(header.strings("tokenizer.ggml.tokens")))
 
@@ -190,7 +191,7 @@ def derive(source: Path | str, factor: int, dest: Optional[Path] = None, ftype: 
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     fileops.check_free_space(dest.parent, est.disk_bytes, what=f"for the stand-in x{factor} of {source.name}")
-    if ftype not in FTYPES:
+    if ftype not in DIRECT:
         middle = dest.with_name(dest.name + ".f16.gguf")
         derive(source, factor, middle, "F16", name, progress, cancel)
         try:
@@ -220,6 +221,23 @@ def derive(source: Path | str, factor: int, dest: Optional[Path] = None, ftype: 
     return dest
 
 
+def derive_installed(ref: str, factor: int, ftype: str = "F32", progress: Optional[Progress] = None,
+                     cancel: Optional[threading.Event] = None) -> dict[str, Any]:
+    """The stand-in of an installed model (id or path), registered in the library with its source as parent."""
+    from app.models import library
+
+    rec = library.find(ref)
+    if rec is None:
+        raise StandinError(f"{ref!r} is not an installed model or a .gguf file")
+    source = Path(rec["path"])
+    dest = derive(source, factor, default_path(source, factor, ftype), ftype, progress=progress, cancel=cancel)
+    found = info(dest)
+    assert found is not None
+    model_id = library.slug(dest.stem)
+    library.register(model_id, dest, "derived", parent=rec["id"], ftype=ftype, name=f"{found.source} stand-in x{factor}")
+    return {"id": model_id, "path": str(dest), "parent": rec["id"], **found.to_dict()}
+
+
 def provision(entry: ModelEntry, source_entry: ModelEntry, source: Path, dest: Path,
               progress: Optional[Progress] = None, cancel: Optional[threading.Event] = None) -> Path:
     """Derive a catalog stand-in (``widen`` set): say what it takes before writing, and refuse with the figures
@@ -241,6 +259,16 @@ def provision(entry: ModelEntry, source_entry: ModelEntry, source: Path, dest: P
                            "would have been written for nothing); a smaller factor fits")
     return derive(source, entry.widen, dest, entry.ftype or "F32", name=source_entry.name.split(" ")[0],
                   progress=progress, cancel=cancel)
+
+
+def needs(entry: ModelEntry) -> Optional[str]:
+    """What a catalog stand-in takes, from the catalog's own figures (shown before it is fetched), or None for
+    any other entry: "derives 7.25 GB, about 7.2 GiB of memory to run"."""
+    e = entry
+    if not (e.widen and e.size and e.layers and e.embd and e.kv_heads and e.head_dim and e.vocab):
+        return None
+    shape = fit.ModelShape(e.id, e.size, e.layers, e.embd, e.kv_heads, e.head_dim, e.head_dim, e.vocab)
+    return f"derives {e.size / 1e9:.2f} GB, about {fit.parts(shape, CTX).total / 2**30:.1f} GiB of memory to run"
 
 
 def _memory_here() -> tuple[int, str]:
@@ -266,7 +294,7 @@ class Info:
         return f"stand-in: {self.source}'s text at the cost of a {params_label(self.params)} model"
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__, caption=self.caption)
+        return dict(asdict(self), caption=self.caption)
 
 
 _infos: dict[tuple[str, int, int], Optional[Info]] = {}

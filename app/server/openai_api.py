@@ -170,7 +170,7 @@ class OpenAIApi:
         draft = info.get("draft")
         return [{"id": self.model_id(), "object": "model", "created": 0, "owned_by": "tandem",
                  "target": info["target"]["file"], "draft": draft["file"] if draft else None,
-                 "n_ctx": info["n_ctx"]}]
+                 "n_ctx": info["n_ctx"], **({"standin": info["standin"]} if info.get("standin") else {})}]
 
     async def scrape(self, request: Request) -> Response:
         denied = self._denied(request)

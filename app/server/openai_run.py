@@ -49,6 +49,7 @@ class Run:
         if state.pair is not None and self.cfg.proposer == ProposerName.MTP:
             self.draft_model = f"{state.pair.target.path.name} (MTP head)"
         self.target = state.pair.target if state.pair is not None else None  # for its memory notice
+        self.standin = state.target_caption()
         self.notice_before = self.target.memory_notice() if self.target is not None else None
         self.parser = ToolCallParser(tool_style) if tool_style is not None else None
         self.reply: Optional[ParsedReply] = None
@@ -193,6 +194,8 @@ class Run:
         notice = self.target.memory_notice() if self.target is not None else None
         if notice and notice != self.notice_before:  # hybrid memory: why it was decoded again (said once)
             stats["memory_notice"] = notice
+        if self.standin:
+            stats["standin"] = self.standin
         return {
             "usage": F.usage(self.prompt_tokens, n),
             "stats": stats,

@@ -19,6 +19,7 @@ from app.engine.llama.backend import BackendError, LoadOptions
 from app.engine.llama.devices import active_backend
 from app.engine.pair import Pair
 from app.lab import baselines
+from app.models import standin
 from app.service.fifo import FifoLock, Readers
 
 Progress = Callable[[float, str], None]  # (fraction 0..1, description)
@@ -91,8 +92,14 @@ class AppState:
             "draft": _model_facts(d, (self.draft_options or LoadOptions(n_gpu_layers=-1)).n_gpu_layers)
             if d is not None else None,
             "n_ctx": t.n_ctx, "threads": t.n_threads, "error": self.load_error,
+            "standin": self.target_caption(),
         }
         return info
+
+    def target_caption(self) -> Optional[str]:
+        """"stand-in: <source>'s text at the cost of a <size> model" when the loaded target is a stand-in
+        (``app.models.standin``): its text is the small model's, only its cost is the big one's."""
+        return standin.caption(self.pair.target.path) if self.pair is not None else None
 
     def load(self, target_path: str | Path, draft_path: Optional[str | Path], target_options: LoadOptions,
              draft_options: Optional[LoadOptions] = None, pair_id: Optional[str] = None,

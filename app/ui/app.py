@@ -105,6 +105,8 @@ def _header(state: AppState, ready: bool = False) -> str:
     if info["loaded"]:
         t, d = info["target"], info.get("draft")
         pair = f"target {_model_name(t)} · " + (f"draft {_model_name(d)}" if d else "no draft (prompt lookup only)")
+        if info.get("standin"):
+            pair += f" · {info['standin']}"
     else:
         pair = "no pair loaded"
     mark = ' class="tdm-ready"' if ready else ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,11 +30,17 @@ import pytest
 from app.engine.llama.backend import Model
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
+from app.lab.report import markdown
 from app.models import fileops, ggufheader, meta, standin, widen
 from app.models.catalog import ModelEntry, load
 from app.models.fileops import DiskFullError
+from app.service.state import AppState
 from app.testing import gpu_layers, load_options
+from app.ui.app import _header
+from app.ui.panel import esc
+from app.ui.tabs.pair import info_html
 
+from support.api_inproc import Served
 from support.greedy import NEAR_TIE, assert_same_greedy, checked_run
 from support.standin_sources import qwen2_variant
 
@@ -42,24 +49,38 @@ GAP_TOL = 1e-3 if gpu_layers() == 0 else NEAR_TIE
 TOKENS = 12
 PROMPTS = ("def fibonacci(n):\n", "<|im_start|>user\nWrite a haiku about rain.<|im_end|>\n<|im_start|>assistant\n")
 MEMORY_BOUND = 96 << 20  # the writer's growth past reading the metadata (measured here: about 23 MiB)
-DERIVE = ("import json, resource, sys\nfrom pathlib import Path\nfrom gguf import GGUFReader\n"
-          "from app.models import standin\n"
-          "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
-          "reader = GGUFReader(sys.argv[1]); del reader  # what the writer reads first: the metadata with its types\n"
-          "after_metadata = peak()\n"
-          "standin.derive(sys.argv[1], 2, Path(sys.argv[2]))\n"
-          "print(json.dumps({'after_metadata': after_metadata, 'peak': peak()}))\n")
+SETUP = ("import json, resource, sys\nfrom gguf import GGUFReader\n"
+         "from app.models import hardware\nfrom app.models.provision import ensure_pair\n"
+         "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+         "reader = GGUFReader(sys.argv[1]); del reader  # what the writer reads first: the metadata with its types\n"
+         "hardware.detect()  # llama.cpp's library, which the memory check loads\n"
+         "after_metadata = peak()\n"
+         "ensure_pair('demo-smollm2-x2')  # what `launcher.py setup --pair demo-smollm2-x2` does\n"
+         "print(json.dumps({'after_metadata': after_metadata, 'peak': peak()}))\n")
 
 
-def _child(source: Path, dest: Path, **kw) -> subprocess.Popen:
-    env = dict(os.environ, TANDEM_QUIET="1")
-    return subprocess.Popen([sys.executable, "-c", DERIVE, str(source), str(dest)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+def _home_with_the_demo_pair(smol_paths, home: Path) -> Path:
+    """A data folder of its own holding the demo pair's two files (hard links: same bytes, same manifests)."""
+    models = home / "models"
+    models.mkdir(parents=True)
+    for path in smol_paths:
+        for name in (path.name, fileops.manifest_path(path).name):
+            try:
+                os.link(path.parent / name, models / name)
+            except OSError:  # another file system
+                shutil.copy2(path.parent / name, models / name)
+    return home
 
 
-def _kill_midway(source: Path, dest: Path) -> dict:
-    """Start a derive and kill -9 it once its unfinished file holds 200 MB; what it left behind."""
-    proc = _child(source, dest)
+def _run(args: list[str], home: Path) -> subprocess.Popen:
+    env = dict(os.environ, TANDEM_QUIET="1", TANDEM_HOME=str(home))
+    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _kill_midway(home: Path, dest: Path) -> dict:
+    """``launcher.py setup --pair demo-smollm2-x2``, killed -9 once its unfinished file holds 200 MB."""
+    proc = _run(["launcher.py", "setup", "--pair", "demo-smollm2-x2"], home)
     deadline, seen = time.monotonic() + 300, 0
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -78,13 +99,21 @@ def _kill_midway(source: Path, dest: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def x2(smol_paths, tmp_path_factory):
-    source = smol_paths[0]
-    dest = tmp_path_factory.mktemp("standin") / "SmolLM2.standin-x2.F32.gguf"
-    killed = _kill_midway(source, dest)
-    proc = _child(source, dest)
+    """The catalog's demo-smollm2-x2 target, set up in a data folder of its own: killed halfway, then set up
+    again in a fresh process that reports its memory."""
+    home = _home_with_the_demo_pair(smol_paths, tmp_path_factory.mktemp("standin-home"))
+    dest = home / "models" / load().models["smollm2-135m-instruct-standin-x2"].file
+    killed = _kill_midway(home, dest)
+    proc = _run(["-c", SETUP, str(smol_paths[0])], home)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    return SimpleNamespace(path=dest, source=source, killed=killed, memory=json.loads(out.strip().splitlines()[-1]))
+    return SimpleNamespace(path=dest, source=smol_paths[0], killed=killed, said=out,
+                           memory=json.loads(out.strip().splitlines()[-1]))
+
+
+def test_setup_says_what_it_takes_before_deriving(x2):
+    said = x2.said.index("about 2.1 GiB of memory to run")
+    assert "1.93 GB on disk" in x2.said[:said] and said < x2.said.index("[tandem] derived")
 
 
 def test_a_derive_killed_halfway_leaves_nothing_usable_and_the_next_one_finishes(x2):
@@ -142,14 +171,14 @@ def test_it_runs_with_every_proposer(x2, smol_paths):
 def test_the_file_says_what_it_is(x2):
     header = ggufheader.read_file(x2.path)
     source = ggufheader.read_file(x2.source)
-    assert header.text("general.name") == f"{source.text('general.name')} stand-in x2"
+    assert header.text("general.name") == "SmolLM2-135M-Instruct stand-in x2"  # named by the catalog's source
     assert header.integer(standin.KEY_FACTOR) == 2
     assert header.integer("llama.embedding_length") == 2 * source.integer("llama.embedding_length")
     assert header.integer("llama.attention.head_count_kv") == 2 * source.integer("llama.attention.head_count_kv")
     assert header.get("llama.attention.layer_norm_rms_epsilon") == source.get("llama.attention.layer_norm_rms_epsilon")
     info = standin.info(x2.path)
     assert info is not None and info.factor == 2 and info.params == meta.read(x2.path)[0].params
-    assert standin.caption(x2.path) == f"stand-in: {info.source}'s text at the cost of a 481M model"
+    assert standin.caption(x2.path) == "stand-in: SmolLM2-135M-Instruct's text at the cost of a 481M model"
     assert standin.caption(x2.source) is None
     est = standin.estimate(x2.source, 2)
     assert est.params == info.params and abs(est.file_bytes - x2.path.stat().st_size) < 4096
@@ -246,3 +275,22 @@ def test_the_rules_pad_in_whole_heads_and_keep_per_head_tensors(smol_paths):
     assert widen.widened_shape(k, 4) == (4 * 192, 4 * 576)  # 12 kv heads: the GQA ratio 3 kept
     assert widen.widened_shape(embd, 4) == (49152, 4 * 576)
     assert widen.RULES["rope_freqs.weight"].dims == (widen.Dim.KEPT,)
+
+
+def test_every_place_the_pair_is_shown_says_it_is_a_stand_in(x2, smol_paths, smol_pair):
+    caption = standin.caption(x2.path)
+    with Pair.load(x2.path, smol_paths[1], load_options(n_ctx=512)) as pair:
+        served = Served(pair, pair_id="demo-smollm2-x2")
+        try:
+            assert served.state.describe_pair()["standin"] == caption
+            shown = esc(caption)  # as the page's HTML writes it
+            assert shown in _header(served.state) and shown in info_html(served.state)
+            status, _, body = served.get("/v1/models")
+            assert status == 200 and json.loads(body)["data"][0]["standin"] == caption
+            reply = served.client().completions.create(model="x", prompt="Once upon a time", max_tokens=4)
+            assert reply.model_extra["stats"]["standin"] == caption
+        finally:
+            served.close()
+    assert caption in markdown({"cells": []}, {"standin": caption})  # the Pair lab's report
+    plain = AppState(pair=smol_pair)
+    assert plain.describe_pair()["standin"] is None and "stand-in" not in _header(plain)

@@ -166,8 +166,13 @@ def compare(state: AppState, ctrl: controls.Controls, request: gr.Request, text:
     sig = speedup.signature(state.baseline_key(), state.draft_path, resolved)
     speedup.remember_compare(state.recent, sig, payload)
     shown = race.race_html(plain, spec, len(history)) or arena_html(plain, spec)
-    yield (shown, panel.compare_row_html(_row(payload, greedy), spec.summary()), "", history, panel.history_html(history),
-           shown, gr.update(visible=True))
+    row = panel.compare_row_html(_row(payload, greedy), spec.summary()) + _standin_note(state)
+    yield shown, row, "", history, panel.history_html(history), shown, gr.update(visible=True)
+
+
+def _standin_note(state: AppState) -> str:
+    note = state.target_caption()
+    return f'<div class="tdm-note">Target: {panel.esc(note)}</div>' if note else ""
 
 
 def stop(state: AppState, request: gr.Request) -> str:

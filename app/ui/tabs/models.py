@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from app.errors import ui_message
-from app.models import advice, download, hardware, library
+from app.models import advice, download, hardware, library, standin
 from app.models.catalog import load
 from app.models.compat import CompatError, check_pair
 from app.models.derive import DeriveError, derive_draft
@@ -105,7 +105,11 @@ def _pypi_choices(cat) -> list[tuple[str, str]]:
         total = sum(cat.models[m].size or 0 for m in ids if cat.models[m].pypi or cat.models[m].pypi_parts)
         return f"{total / 2**30:.2f} GiB" if total else "size unknown"
 
-    pairs = [(f"{p.id} (pair, {size(p.target, p.draft)}{', on demand' if p.on_demand else ''})", p.id)
+    def derived(p) -> str:  # a stand-in target: what deriving it takes, before Get is pressed
+        note = standin.needs(cat.models[p.target])
+        return f", then {note}" if note else ""
+
+    pairs = [(f"{p.id} (pair, {size(p.target, p.draft)}{derived(p)}{', on demand' if p.on_demand else ''})", p.id)
              for p in cat.pairs.values() if cat.from_pypi(p.target) and cat.from_pypi(p.draft)]
     models = [(f"{m.id} ({size(m.id)})", m.id) for m in cat.models.values() if m.pypi or m.pypi_parts]
     return pairs + models

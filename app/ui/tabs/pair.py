@@ -101,6 +101,9 @@ def info_html(state: AppState) -> str:
                                             f"weights {m['size_bytes'] / 2**20:.0f} MiB · GPU layers: {gpu}"))
         else:
             rows.append((role.capitalize(), "none"))
+        if role == "target" and info.get("standin"):
+            rows.append(("Stand-in", f"{info['standin']} (its text is the small model's; it measures a big "
+                                     "target's cost, not a big target's acceptance)"))
     report = offload.gpu_report(state.pair.target, state.pair.draft, state.gpu_choice)
     rows += [("GPU", report["decision"] or f"loaded with {state.target_options.n_gpu_layers} target layers asked")]
     rows += [("Placed", line) for line in offload.report_lines(report)]
