@@ -40,6 +40,7 @@ from typing import Any, Optional
 
 from gguf import GGUFValueType
 
+from app import paths
 from app.engine.errors import TandemError
 from app.models import fileops, fit, ggufheader, widen
 from app.models.catalog import ModelEntry
@@ -170,8 +171,6 @@ def factor_for(source: Path | str, params: Optional[float] = None, gib: Optional
 
 
 def default_path(source: Path, factor: int, ftype: str) -> Path:
-    from app import paths
-
     return paths.models_dir() / f"{source.stem}.standin-x{factor}.{ftype}.gguf"
 
 
@@ -223,18 +222,28 @@ def derive(source: Path | str, factor: int, dest: Optional[Path] = None, ftype: 
 
 def derive_installed(ref: str, factor: int, ftype: str = "F32", progress: Optional[Progress] = None,
                      cancel: Optional[threading.Event] = None) -> dict[str, Any]:
-    """The stand-in of an installed model (id or path), registered in the library with its source as parent."""
+    """The stand-in of an installed model (id or path), registered in the library with its source as parent; a
+    catalog model names it as ``provision`` does."""
     from app.models import library
+    from app.models.catalog import load
 
     rec = library.find(ref)
     if rec is None:
         raise StandinError(f"{ref!r} is not an installed model or a .gguf file")
-    source = Path(rec["path"])
-    dest = derive(source, factor, default_path(source, factor, ftype), ftype, progress=progress, cancel=cancel)
+    cat = load()
+    source, entry = Path(rec["path"]), cat.models.get(rec["id"])
+    listed = [m for m in cat.models.values() if (m.derive_from, m.widen, m.ftype) == (rec["id"], factor, ftype)]
+    if listed:  # the catalog's own stand-in: its file, never a second copy, and no record of its own
+        dest = provision(listed[0], entry or listed[0], source, paths.models_dir() / listed[0].file, progress, cancel)
+        model_id = listed[0].id
+    else:
+        dest = derive(source, factor, default_path(source, factor, ftype), ftype, progress=progress, cancel=cancel)
+        model_id = library.slug(dest.stem)
     found = info(dest)
     assert found is not None
-    model_id = library.slug(dest.stem)
-    library.register(model_id, dest, "derived", parent=rec["id"], ftype=ftype, name=f"{found.source} stand-in x{factor}")
+    if not listed:
+        library.register(model_id, dest, "derived", parent=rec["id"], ftype=ftype,
+                         name=f"{found.source} stand-in x{factor}")
     return {"id": model_id, "path": str(dest), "parent": rec["id"], **found.to_dict()}
 
 

@@ -78,7 +78,7 @@ WIDENED_KEYS = ("embedding_length", "feed_forward_length", "attention.head_count
 class WidenError(TandemError, ValueError):
     """The source cannot be widened (a tensor or a value this construction does not know)."""
 
-    hint = "stand-ins are made from llama-style models (see `launcher.py models derive --help`)"
+    hint = "stand-ins are made from llama-style models (see `launcher.py models standin --help`)"
 
 
 class Cancelled(WidenError):

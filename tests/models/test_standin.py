@@ -294,3 +294,15 @@ def test_every_place_the_pair_is_shown_says_it_is_a_stand_in(x2, smol_paths, smo
     assert caption in markdown({"cells": []}, {"standin": caption})  # the Pair lab's report
     plain = AppState(pair=smol_pair)
     assert plain.describe_pair()["standin"] is None and "stand-in" not in _header(plain)
+
+
+def test_the_command_line_estimates_and_refuses_before_writing(smol_paths, gemma_paths):
+    def standin_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "launcher.py", "models", "standin", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    out = standin_cli("smollm2-135m-instruct-f32", "--params", "1.8B", "--estimate")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("x4 of smollm2-135m-instruct-f32: 1.8B parameters (30 layers, n_embd 2304, 36/12")
+    refused = standin_cli(str(gemma_paths[0]), "--factor", "2")
+    assert refused.returncode == 2 and "sqrt(n_embd)" in refused.stderr
