@@ -128,6 +128,8 @@ def format_rows(result: dict) -> str:
                      f"{_f(r['speedup_min']) + '-' + _f(r['speedup_max']):>11} {_f(r['bound'], '.2f', 'x'):>6} "
                      f"{_f(r['efficiency']):>6} {same:>5}")
     for r in result["rows"]:
+        if r.get("draft_cache"):
+            lines.append(f"{r['label']}: {r['draft_cache']}")
         for m in r["mismatches"]:
             lines.append(f"mismatch at {r['label']}: prompt {m['prompt']} at token {m['position']} "
                          f"(top-1/top-2 gap {m['gap']:.3g})")

@@ -113,6 +113,7 @@ def markdown(result: dict, images: dict) -> str:
            f"draft model alone, greedy, repeats {cfg.get('repeats')}", "",
            "## Recommendation", "", (result.get("recommendation") or {}).get("line", ""), "",
            "## Sizes (medians over prompts)", "", *table(result.get("rows", [])), ""]
+    out += [f"- {r['label']}: {r['draft_cache']}" for r in result.get("rows", []) if r.get("draft_cache")]
     out += [f"- skipped {s['size']}: {s['reason']}" for s in result.get("skipped", [])]
     out += ["", "## Plots", ""] + [f"![{name.replace('_', ' ')}]({Path(p).name})\n" for name, p in images.items()]
     if result.get("command"):

@@ -240,6 +240,7 @@ class SizeRow:
     mismatches: list
     prompts: int
     complete: bool
+    draft_cache: Optional[str] = None  # x1 of a one-network pair: the draft takes the target's cache; stand-ins cannot
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -250,7 +251,7 @@ class SizeRow:
         return cls(p.factor, p.ftype, p.label, p.params, p.file_bytes, r.baseline_tps, r.spec_tps, r.speedup,
                    min(speedups) if speedups else None, max(speedups) if speedups else None, r.acceptance_rate,
                    r.mean_accepted, r.alpha, r.mean_k, r.c, r.v, r.bound, r.efficiency, r.identical,
-                   list(r.mismatches), len(r.per_prompt), not r.partial)
+                   list(r.mismatches), len(r.per_prompt), not r.partial, r.draft_cache)
 
 
 @dataclass

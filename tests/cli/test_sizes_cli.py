@@ -45,9 +45,10 @@ def test_a_tiny_size_sweep_measures_plots_and_keeps_a_history_run(tmp_path, smol
         assert r["baseline_tps"] > 0 and r["spec_tps"] > 0 and r["speedup"] > 0 and r["c"] > 0 and r["v"] > 0
         assert r["bound"] > 0 and 0 <= r["acceptance_rate"] <= 1 and r["prompts"] == 1 and r["complete"]
         assert_bench_greedy(r["identical"], r["mismatches"])
-    # the stand-in writes the source's text, so the draft is right as often at both sizes (on a CPU exactly; a
-    # GPU's kernels may break a near-tie differently at another width)
-    assert abs(x1["acceptance_rate"] - x2["acceptance_rate"]) <= 0.1
+    # at x1 the draft takes a copy of the target's cache (one network at two precisions), at x2 it reads the
+    # history itself (another shape): said per size, as it moves the draft's cost and its proposals
+    assert "took a copy of the target's KV cache" in x1["draft_cache"]
+    assert x2["draft_cache"].startswith("the draft model read the history itself")
     rec = result["recommendation"]
     assert rec["kind"] in ("crossing", "all", "none") and rec["line"].startswith("On this machine")
     assert rec["line"] in proc.stdout
