@@ -20,6 +20,7 @@ from app.engine.control.draftlen import DraftLength
 from app.engine.drafters.kvshare import KvShare, in_use, share_reason
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
+from app.engine.names import AUTO_K, ProposerName
 from app.engine.drafters.mtp import MtpHead, MtpProposer, mtp_reason
 from app.engine.drafters.duo import DuoProposer, ReadCostBook
 from app.engine.control.mix import LookupAcceptance
@@ -92,27 +93,27 @@ class Pair:
             "an assistant drafter (it reads the target's cache as it is)" if isinstance(draft, AssistantModel)
             else "a target of another kind" if not isinstance(self.target, Model) else share_reason(self.target, draft))
         self.kv_share = KvShare(self.target, draft) if draft is not None and self.kv_share_reason is None else None
-        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in ("draft", "auto")}  # other costs
+        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in (ProposerName.DRAFT, ProposerName.AUTO)}  # other costs
         return old
 
     def proposer_kind(self, cfg: GenConfig) -> str:
-        """The proposer ``cfg`` gets here: "auto" without a draft model is prompt lookup."""
-        return "lookup" if cfg.proposer == "auto" and self.draft is None else cfg.proposer
+        """The proposer ``cfg`` gets here: auto without a draft model is prompt lookup."""
+        return ProposerName.LOOKUP if cfg.proposer == ProposerName.AUTO and self.draft is None else cfg.proposer
 
     def proposer(self, cfg: GenConfig) -> Optional[Proposer]:
         if not cfg.speculative:
             return None
         kind = self.proposer_kind(cfg)
-        if kind == "lookup":
+        if kind == ProposerName.LOOKUP:
             return PromptLookupProposer()
-        p_min = cfg.p_min if cfg.k == "auto" else 0.0
-        if cfg.proposer == "mtp":
+        p_min = cfg.p_min if cfg.k == AUTO_K else 0.0
+        if cfg.proposer == ProposerName.MTP:
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
         model = (MtpProposer(self.draft, p_min=p_min) if isinstance(self.draft, AssistantModel)
                  else DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share))
-        if kind != "auto":
+        if kind != ProposerName.AUTO:
             return model
         costs = self.read_costs.of(self.draft, in_use(model.share))
         return DuoProposer(model, self.lookup_index, self._lookup_acceptance, costs)
@@ -139,11 +140,11 @@ class Pair:
     def draft_length(self, cfg: GenConfig) -> Optional[DraftLength]:
         """The auto-K controller for ``cfg``'s proposer, kept across generations so that what it measured
         (verify cost, draft cost, whether drafting pays here) carries over; None for a fixed K or plain."""
-        if not cfg.speculative or cfg.k != "auto":
+        if not cfg.speculative or cfg.k != AUTO_K:
             return None
         key = (self.proposer_kind(cfg), cfg.k_max)
         if key not in self._lengths:
-            self._lengths[key] = DraftLength("auto", cfg.k_max)
+            self._lengths[key] = DraftLength(AUTO_K, cfg.k_max)
         return self._lengths[key]
 
     # --- prompts ---------------------------------------------------------------------------------------
