@@ -191,7 +191,8 @@ def speedup_vs_size(rows: Sequence[dict], rec: dict, path: Path) -> Path:
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color="C0", label="measured speedup")
         bounds = [(r["params"] / 1e9, r["bound"]) for r in pts if r.get("bound") is not None]
         if bounds:
-            ax.plot(*zip(*bounds), linestyle="--", marker="x", color="C1", label="Leviathan bound (same runs)")
+            ax.plot(*zip(*bounds), linestyle="--", marker="x", color="C1", zorder=4,  # on top: often equal
+                    label="Leviathan bound (same runs)")
         for x, y, r in zip(xs, ys, pts):
             ax.annotate(_size_tag(r), (x, y), fontsize=8, xytext=(4, -12), textcoords="offset points")
         ax.set_xscale("log")
@@ -229,7 +230,8 @@ def speedup_vs_c(rows: Sequence[dict], path: Path) -> Path:
             ax.annotate(_size_tag(r), (r["c"], r["speedup"]), fontsize=8, xytext=(4, 4), textcoords="offset points")
         marks = [(r["c"], r["bound"]) for r in pts if r.get("bound") is not None]
         if marks:
-            ax.scatter(*zip(*marks), marker="x", color="C1", label="bound at each size")
+            ax.scatter(*zip(*marks), marker="x", s=70, linewidths=2, color="C1", zorder=4,
+                       label="bound at each size")  # above the measured point it often sits on
         alpha, k, v = (median(r.get(key) for r in pts) for key in ("alpha", "mean_k", "v"))
         if alpha is not None and k and v:
             top = max(max(r["c"] for r in pts) * 1.2, 0.5)
