@@ -230,8 +230,8 @@ def speedup_vs_c(rows: Sequence[dict], path: Path) -> Path:
             ax.annotate(_size_tag(r), (r["c"], r["speedup"]), fontsize=8, xytext=(4, 4), textcoords="offset points")
         marks = [(r["c"], r["bound"]) for r in pts if r.get("bound") is not None]
         if marks:
-            cs, bounds = zip(*marks)
-            ax.scatter(cs, bounds, marker="x", s=70, linewidths=2, color="C1", zorder=4,
+            mark_c, mark_bound = zip(*marks)
+            ax.scatter(mark_c, mark_bound, marker="x", s=70, linewidths=2, color="C1", zorder=4,
                        label="bound at each size")  # above the measured point it often sits on
         alpha, k, v = (median(r.get(key) for r in pts) for key in ("alpha", "mean_k", "v"))
         if alpha is not None and k and v:
