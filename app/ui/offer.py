@@ -20,9 +20,11 @@ def layout() -> SimpleNamespace:
     with gr.Column(visible=False, elem_id="tdm-offer") as box:
         text = gr.HTML("")
         with gr.Row():
-            use_btn = gr.Button("Use the stand-in pair", variant="primary", elem_id="tdm-offer-use", scale=0)
-            back_btn = gr.Button("Back to the demo pair", elem_id="tdm-offer-back", scale=0, visible=False)
-            keep_btn = gr.Button("Keep the loaded pair", elem_id="tdm-offer-keep", scale=0)
+            use_btn = gr.Button("Use the stand-in pair", variant="primary", elem_id="tdm-offer-use", scale=0,
+                                min_width=400)  # the pair's name on one line
+            back_btn = gr.Button("Back to the demo pair", elem_id="tdm-offer-back", scale=0, min_width=240,
+                                 visible=False)
+            keep_btn = gr.Button("Keep the loaded pair", elem_id="tdm-offer-keep", scale=0, min_width=240)
     return SimpleNamespace(box=box, text=text, use_btn=use_btn, back_btn=back_btn, keep_btn=keep_btn)
 
 
@@ -56,7 +58,7 @@ def view(state) -> tuple:
     d = current(state)
     switched = d is not None and d.action == Action.SWITCHED
     use_label = "Use the stand-in pair" if d is None or d.candidate is None else \
-        f"Use the stand-in pair ({d.pair_id}{'' if d.candidate.installed else ', derived once'})"
+        f"Use {d.pair_id}{'' if d.candidate.installed else ' (derived once)'}"
     back_label = f"Back to {d.from_pair}" if d is not None and d.from_pair else "Back to the demo pair"
     return (gr.update(visible=d is not None), html(state), gr.update(value=use_label, visible=not switched),
             gr.update(value=back_label, visible=switched), gr.update(visible=not switched))

@@ -55,7 +55,7 @@ def test_the_offer_says_why_and_accepting_it_loads_the_stand_in_pair(state):
     assert "SmolLM2-135M-Instruct&#x27;s text at the cost of a 481M model" in shown
     assert "speculation can pay there" in shown and "the small model&#x27;s own text" in shown
     box, _, use, back, keep = offer.view(state)
-    assert box["visible"] and use["value"] == "Use the stand-in pair (demo-smollm2-x2, derived once)"
+    assert box["visible"] and use["value"] == "Use demo-smollm2-x2 (derived once)"
     assert use["visible"] and not back["visible"] and keep["visible"]
 
     with gr.Blocks(analytics_enabled=False) as demo:
