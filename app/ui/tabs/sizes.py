@@ -46,7 +46,8 @@ def layout() -> SimpleNamespace:
                                       "(8: 28 GB at F32)", elem_id="tdm-sizes-factors")
             ftype = gr.Dropdown(list(FTYPE_CHOICES), value="auto", label="Stand-ins' type", scale=1,
                                 info="auto: the target's own where it fits in memory, else F16")
-            tokens = gr.Number(DEFAULT_MAX_TOKENS, label="Tokens per run", precision=0, scale=1)
+            # not "Tokens per run", the sweep's field above: a page (and a browser test) finds a field by its label
+            tokens = gr.Number(DEFAULT_MAX_TOKENS, label="Tokens per reply", precision=0, scale=1)
             prompts = gr.Number(DEFAULT_PROMPTS, label="Prompts", precision=0, scale=1, info="0: the whole suite")
             k = gr.Number(DEFAULT_K, label="K", precision=0, scale=1, info="draft tokens per target pass")
         with gr.Row():
