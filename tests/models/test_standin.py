@@ -1,8 +1,9 @@
 """Stand-in targets (app/models/standin.py, widen.py) on the real SmolLM2-135M with the real llama.cpp.
 
-One x2 F32 stand-in of the demo target (481M parameters, 1.93 GB) serves the module. It is made the hard way: a
-derive in a child process is killed (-9) halfway, then a derive in a fresh process finishes it and reports its
-peak memory. Then: the same text and logits as the source, every proposer, the file's own description.
+One x2 F32 stand-in of the demo target (481M parameters, 1.93 GB) serves the module: the catalog's
+demo-smollm2-x2, set up in a data folder of its own the hard way. ``launcher.py setup --pair demo-smollm2-x2``
+is killed (-9) halfway, then a fresh process sets it up and reports its peak memory. Then: the same text and
+logits as the source, every proposer, the file's own description, the label wherever the pair is shown.
 
 Tolerance of the logit comparison: the construction adds exact zeros to every sum and rescales nothing, and on
 this project's CPU the x2 and x4 stand-ins give the source's logits to the bit (max difference 0.0 over every
@@ -46,7 +47,7 @@ from support.standin_sources import qwen2_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 GAP_TOL = 1e-3 if gpu_layers() == 0 else NEAR_TIE
-TOKENS = 12
+TOKENS = 8
 PROMPTS = ("def fibonacci(n):\n", "<|im_start|>user\nWrite a haiku about rain.<|im_end|>\n<|im_start|>assistant\n")
 MEMORY_BOUND = 96 << 20  # the writer's growth past reading the metadata (measured here: about 23 MiB)
 SETUP = ("import json, resource, sys\nfrom gguf import GGUFReader\n"
