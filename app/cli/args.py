@@ -5,9 +5,13 @@ path: a known error raised here reaches the dispatcher, which prints it in one l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
+import signal
+import sys
+import threading
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional, Union
+from typing import Any, Callable, Iterator, NoReturn, Optional, Union
 
 from app.engine import limits
 from app.engine.pair import Pair
@@ -99,6 +103,29 @@ def reproduce_command(argv: list[str]) -> str:
     """The command line that runs this again."""
     args = argv[1:] if argv and argv[0].endswith("launcher.py") else argv
     return "python launcher.py " + " ".join(shlex.quote(a) for a in args if a)
+
+
+@contextlib.contextmanager
+def ctrl_c_cancels(tag: str) -> Iterator[threading.Event]:
+    """A cancel switch that a first Ctrl-C sets (a sweep stops after its current run and keeps what it measured)
+    and a second turns into KeyboardInterrupt; the previous handler comes back after. Off the main thread, where
+    signals cannot be handled, the switch is only the caller's."""
+    cancel = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield cancel
+        return
+
+    def on_sigint(signum, frame):
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print(f"\n[{tag}] cancelling after the current run (Ctrl-C again to abort)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield cancel
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def add_guard_args(parser: argparse.ArgumentParser) -> None:

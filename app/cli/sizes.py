@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from app import paths
-from app.cli.args import fail, load, reproduce_command
+from app.cli.args import ctrl_c_cancels, fail, load, reproduce_command
 from app.lab import sizereport
 from app.lab.prompts import PromptFileError, load_prompts
 from app.lab.sizes import DEFAULT_FACTORS, DEFAULT_K, DEFAULT_MAX_TOKENS, DEFAULT_PROMPTS, FTYPE_CHOICES, \
@@ -73,25 +71,10 @@ def run(args: argparse.Namespace) -> int:
           "measured)", flush=True)
     for p in plans:
         print(f"[sizes]   {p.line()}", flush=True)
-    cancel = threading.Event()
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_sigint(signum, frame):
-        if cancel.is_set():
-            raise KeyboardInterrupt
-        cancel.set()
-        print("\n[sizes] cancelling after the current run (Ctrl-C again to abort)", file=sys.stderr)
-
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.signal(signal.SIGINT, on_sigint)
-    try:
+    with ctrl_c_cancels("sizes") as cancel:
         result = sizereport.run_sizes(source, draft, plans, cfg, lambda t, d: load(t, d, args, "sizes")[0],
                                       pair_id=entry.id, progress=_progress, cancel=cancel,
                                       command=reproduce_command(sys.argv))
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
     print(file=sys.stderr)
     print(format_rows(result))
     print()

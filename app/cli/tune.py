@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Optional
 
 from app import paths
 from app.cli import sizes
-from app.cli.args import add_gpu_args, fail, limit, load, reproduce_command
+from app.cli.args import add_gpu_args, ctrl_c_cancels, fail, limit, load, reproduce_command
 from app.engine import limits
 from app.engine.loop import DEFAULT_P_MIN
 from app.lab.prompts import PromptFileError
@@ -91,7 +89,6 @@ def _sweep(args: argparse.Namespace) -> int:
     req = LabRequest(drafts=args.drafts, ks=args.k, suite=args.suite, prompts_file=args.prompts_file,
                      max_tokens=args.max_tokens, temperature=args.temperature, quick=args.quick,
                      repeats=max(1, args.repeats), p_mins=args.p_min, seed=args.seed)
-    cancel = threading.Event()
     pair, gpu = load(target, draft, args, "tune")
     with pair:
         try:
@@ -102,22 +99,9 @@ def _sweep(args: argparse.Namespace) -> int:
         print(f"[tune] drafts: {', '.join(c.id for c in cfg.candidates)}; K: {', '.join(map(str, cfg.ks))}; "
               f"{len(cfg.prompts)} prompts x {cfg.max_tokens} tokens; {cfg.total_runs()} runs "
               "(Ctrl-C stops and keeps a partial result)", flush=True)
-        previous = signal.getsignal(signal.SIGINT)
-
-        def on_sigint(signum, frame):
-            if cancel.is_set():
-                raise KeyboardInterrupt
-            cancel.set()
-            print("\n[tune] cancelling after the current run (Ctrl-C again to abort)", file=sys.stderr)
-
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, on_sigint)
-        try:
+        with ctrl_c_cancels("tune") as cancel:
             result = run_lab(pair, cfg, entry.id, progress=_progress, cancel=cancel,
                              command=reproduce_command(sys.argv), store_tuned=not (args.no_save or args.quick))
-        finally:
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGINT, previous)
     result.stamp(gpu=gpu)
     print(file=sys.stderr)
     print(format_cells(result))
