@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional, Sequence
 
 from app.engine.errors import BadInput
 from gradio.utils import get_upload_folder
@@ -95,3 +96,20 @@ def model_ref(ref: str) -> str:
     if ref in cat.models or any(rec["id"] == ref for rec in library.installed(cat, with_meta=False)):
         return ref
     return str(allowed_file(ref))
+
+
+def plot_images(result: Optional[dict], names: Sequence[str]) -> list:
+    """A result's plots (``result["files"][name]``) as PIL images, None where one is missing: Gradio serves only
+    files in its temp folder and working directory, not the data folder the plots are written to."""
+    from PIL import Image
+
+    found = (result or {}).get("files") or {}
+    out = []
+    for name in names:
+        path = found.get(name)
+        if path and Path(path).is_file():
+            with Image.open(path) as im:
+                out.append(im.copy())
+        else:
+            out.append(None)
+    return out

@@ -23,7 +23,7 @@ from app.lab.report import compare_markdown, k_label, recommendation_line
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
 from app.service.state import session_key
-from app.ui import panel
+from app.ui import files, panel
 from app.ui.api import disk_words, refused
 from app.ui.tabs import sizes
 from app.ui.controls import GEN
@@ -84,19 +84,7 @@ def history_rows(hist: History) -> list[list]:
 
 
 def _images(result: Optional[dict]) -> list:
-    """The three plots as PIL images (Gradio serves only files in its temp/cwd, not TANDEM_HOME)."""
-    from PIL import Image
-
-    files = (result or {}).get("files") or {}
-    out = []
-    for name in ("speedup_vs_k", "per_position", "measured_vs_predicted"):
-        path = files.get(name)
-        if path and Path(path).is_file():
-            with Image.open(path) as im:
-                out.append(im.copy())
-        else:
-            out.append(None)
-    return out
+    return files.plot_images(result, ("speedup_vs_k", "per_position", "measured_vs_predicted"))
 
 
 def _categories(result: Optional[dict]) -> gr.Dropdown:

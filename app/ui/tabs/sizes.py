@@ -8,7 +8,6 @@ History table, handed in, after a sweep)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
@@ -21,6 +20,7 @@ from app.lab.sizes import DEFAULT_FACTORS, DEFAULT_K, DEFAULT_MAX_TOKENS, DEFAUL
 from app.models.standin import StandinError, params_label
 from app.service import sizesweep
 from app.service.state import session_key
+from app.ui import files
 from app.ui.api import disk_words, refused
 from app.ui.controls import GEN
 from app.ui.panel import _fmt as _f
@@ -156,19 +156,7 @@ def rows(result: Optional[dict]) -> list[list]:
 
 
 def _images(result: Optional[dict]) -> list:
-    """The two plots as PIL images (Gradio serves only files in its temp/cwd, not TANDEM_HOME)."""
-    from PIL import Image
-
-    files = (result or {}).get("files") or {}
-    out = []
-    for name in PLOTS:
-        path = files.get(name)
-        if path and Path(path).is_file():
-            with Image.open(path) as im:
-                out.append(im.copy())
-        else:
-            out.append(None)
-    return out
+    return files.plot_images(result, PLOTS)
 
 
 def render(result: Optional[dict]) -> tuple:
