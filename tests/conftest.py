@@ -32,6 +32,23 @@ def gemma_paths():
 
 
 @pytest.fixture(scope="session")
+def coder_path():
+    """Qwen2.5-Coder-0.5B (490 MB, fetched once into the test cache): the code model whose vocabulary has FIM
+    tokens and whose template knows tools, Hermes style."""
+    from app.models import catalog, provision
+
+    return provision.ensure_model(catalog.load(), "qwen25-coder-05b-instruct-q4_k_m")
+
+
+@pytest.fixture(scope="session")
+def coder_pair(coder_path):
+    """The code model alone (no draft model: lookup drafts), 4096-token context, loaded once for the session."""
+    pair = Pair.load(coder_path, None, load_options(n_ctx=4096))
+    yield pair
+    pair.close()
+
+
+@pytest.fixture(scope="session")
 def smol_pair(smol_paths):
     """The demo pair loaded once for the session (2048-token context)."""
     pair = Pair.load(smol_paths[0], smol_paths[1], load_options(n_ctx=2048))
@@ -41,7 +58,7 @@ def smol_pair(smol_paths):
 
 # --- tiers: every test is in exactly one, so `pytest -m unit` (seconds) or `-m "not browser"` runs a part ----
 TIERS = ("unit", "models", "processes", "browser")
-_MODEL_FIXTURES = {"smol_paths", "gemma_paths", "smol_pair", "api"}
+_MODEL_FIXTURES = {"smol_paths", "gemma_paths", "smol_pair", "api", "coder_path", "coder_pair"}
 _PROCESS_WORDS = ("subprocess", "Popen", "ui_server", "uvicorn", "api_inproc", "multiprocessing")
 _PROCESS_DIRS = ("server", "ui")
 _sources: dict = {}

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 from app.cli import setup
+from app.models import catalog, provision
 from app.testing import test_home
 
 ROOT = Path(__file__).resolve().parents[2]
+FIM_MODEL = "qwen25-coder-05b-instruct-q4_k_m"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
     rc = setup.run(argparse.Namespace(pair=None))
     if rc:
         return rc
+    # The one code model of the offline catalog (490 MB): the fill-in-the-middle and Hermes tool-call tests
+    # need a vocabulary and a template trained for them, which the demo pairs' models lack.
+    fim = provision.ensure_model(catalog.load(), FIM_MODEL)
+    print(f"[tandem] fill-in-the-middle model: {fim.name}", flush=True)
     # From the project root pytest searches pyproject's testpaths (tests/) unless test files or folders are
     # named: `test tests/engine -x` runs that folder only.
     extra = [a for a in args.pytest_args if a != "--"]

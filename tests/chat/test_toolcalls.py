@@ -151,23 +151,8 @@ def test_the_native_forced_grammars_compile_and_constrain(smol_pair):
         validate(json.loads(parsed.tool_calls[0].arguments), WEATHER["function"]["parameters"])
 
 
-@pytest.fixture(scope="module")
-def qwen_pair():
-    """Qwen2.5-Coder-0.5B (its GGUF template knows tools, Hermes style), where the test cache has it."""
-    from app.engine.pair import Pair
-    from app.models import catalog, provision
-    from app.testing import load_options
-
-    path = provision.model_path(catalog.load().models["qwen25-coder-05b-instruct-q4_k_m"])
-    if not path.is_file():
-        pytest.skip("Qwen2.5-Coder-0.5B is not in the test cache (fetched on demand, about 490 MB)")
-    pair = Pair.load(path, None, load_options(n_ctx=4096))
-    yield pair
-    pair.close()
-
-
-def test_a_gguf_template_that_knows_tools_gets_them_and_a_forced_call_parses(qwen_pair):
-    template = qwen_pair.target.chat_template()
+def test_a_gguf_template_that_knows_tools_gets_them_and_a_forced_call_parses(coder_pair):
+    template = coder_pair.target.chat_template()
     assert tool_style(template) == ToolStyle.HERMES
     tools = parse_tools([WEATHER, TIME])
     history = ASK + [
@@ -180,8 +165,8 @@ def test_a_gguf_template_that_knows_tools_gets_them_and_a_forced_call_parses(qwe
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}' in text
     assert "<tool_response>\n18 C, clear\n</tool_response>" in text
     forced = parse_choice("required", tools)
-    plain, plain_ids = _reply(qwen_pair, ASK, tools, forced, False, speculative=False)
-    spec, spec_ids = _reply(qwen_pair, ASK, tools, forced, False, proposer="lookup", k=4)
+    plain, plain_ids = _reply(coder_pair, ASK, tools, forced, False, speculative=False)
+    spec, spec_ids = _reply(coder_pair, ASK, tools, forced, False, proposer="lookup", k=4)
     assert spec_ids == plain_ids and len(plain.tool_calls) == 1 and plain.content == ""
     call = plain.tool_calls[0]
     validate(json.loads(call.arguments), {t.name: t.parameters for t in tools}[call.name])

@@ -22,7 +22,7 @@ from app.engine.llama.lifetime import Closable
 from app.engine.llama.llamalog import quiet_logs, recorded_log
 from app.engine.llama.memory import DEFAULT_RS_SNAPSHOTS, RecurrentMemory, recurrent_rollback
 from app.engine.llama.placement import Placement, parse as parse_placement
-from app.engine.llama.vocab import VOCAB_TYPES, VocabInfo
+from app.engine.llama.vocab import VOCAB_TYPES, FimTokens, VocabInfo, fim_tokens
 
 
 class BackendError(TandemError, RuntimeError):
@@ -317,6 +317,9 @@ class Model(Closable):
 
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self.vocab, token))
+
+    def fim_tokens(self) -> FimTokens:
+        return fim_tokens(self.vocab)
 
     def token_text(self, token: int) -> str:
         return (L.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", "surrogateescape")

@@ -100,3 +100,46 @@ def require(target: VocabInfo, draft: VocabInfo) -> None:
     verdict = check(target, draft)
     if not verdict:
         raise IncompatiblePair(f"draft is incompatible with target: {verdict.reason}")
+
+
+class FimUnsupported(BadInput, ValueError):
+    """The model has no fill-in-the-middle tokens (llama.cpp's server answers 501 "not supported")."""
+
+    code = "not_supported"
+    status = 501
+    hint = "load a code model trained for fill-in-the-middle (e.g. demo-qwen-coder)"
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A vocabulary's FIM tokens (None where it has none): prefix, suffix, middle are required."""
+
+    pre: Optional[int]
+    suf: Optional[int]
+    mid: Optional[int]
+    pad: Optional[int] = None
+    rep: Optional[int] = None  # the repository name's marker
+    sep: Optional[int] = None  # the file separator
+
+    def missing(self) -> list[str]:
+        """What llama.cpp names when it refuses ``/infill``: the absent required tokens."""
+        return [name for name, tok in (("prefix", self.pre), ("suffix", self.suf), ("middle", self.mid))
+                if tok is None]
+
+    def require(self, model: str) -> None:
+        gone = self.missing()
+        if gone:
+            raise FimUnsupported(f"infill is not supported by {model}: its vocabulary has no "
+                                 f"{', '.join(gone)} token{'s' if len(gone) > 1 else ''} for fill-in-the-middle")
+
+
+def fim_tokens(vocab) -> FimTokens:
+    """A loaded vocabulary's fill-in-the-middle tokens, as llama.cpp found them (GGUF keys, else their text)."""
+    import llama_cpp as L
+
+    def tok(found: int) -> Optional[int]:
+        return None if found < 0 else int(found)
+
+    return FimTokens(pre=tok(L.llama_vocab_fim_pre(vocab)), suf=tok(L.llama_vocab_fim_suf(vocab)),
+                     mid=tok(L.llama_vocab_fim_mid(vocab)), pad=tok(L.llama_vocab_fim_pad(vocab)),
+                     rep=tok(L.llama_vocab_fim_rep(vocab)), sep=tok(L.llama_vocab_fim_sep(vocab)))
