@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from app import paths
+from app.cli import benchfim
 from app.cli.args import add_gpu_args, fail, k_value, limit, load, reproduce_command
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, PROPOSERS, RULES, GenConfig
 from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, is_assistant
@@ -16,7 +17,7 @@ from app.engine.decoding.sampling import SamplerSettings
 from app.engine.names import AUTO_K, ProposerName
 from app.lab.bench import NEAR_TIE, REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.drafters import compare_drafters, format_comparison
-from app.lab.prompts import PromptFileError, load_prompts
+from app.lab.prompts import PromptFileError, has_infill, load_prompts, require_fim
 from app.models import standin
 from app.models.provision import ensure_pair
 from app.numfmt import fmt as _f
@@ -27,19 +28,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default=None, help="catalog pair id (default: the catalog's default pair)")
     p.add_argument("--target", help="a target GGUF file instead of a catalog pair (with --draft, or --proposer lookup|mtp)")
     p.add_argument("--draft", help="the draft GGUF file that goes with --target")
-    p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]} (default: built-in suite)')
-    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math, edit, or a comma list")
-    p.add_argument("--max-tokens", type=limit("max_tokens"), default=256)
+    p.add_argument("--prompts-file", help='JSON lines: {"prompt": …}, {"messages": […]} or fill-in-the-middle '
+                                          '{"input_prefix": …, "input_suffix": …, "input_extra": […]} (default: '
+                                          'built-in suite)')
+    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math, edit, "
+                                                  "or a comma list; fim: editors' completion requests (alone)")
+    p.add_argument("--max-tokens", type=limit("max_tokens"), default=None,
+                   help="tokens per reply (default 256; 128, llama.vim's n_predict, for completion requests)")
     p.add_argument("--k", type=k_value, default=AUTO_K, help="draft length: an integer or auto")
     p.add_argument("--k-max", type=limit("k_max"), default=DEFAULT_K_MAX, help="ceiling for --k auto")
     p.add_argument("--p-min", type=limit("p_min"), default=DEFAULT_P_MIN, help="--k auto: stop drafting below this")
     p.add_argument("--temperature", type=limit("temperature"), default=0.0)
     p.add_argument("--rule", choices=RULES, default=RULES[0], help="verification at T>0")
     p.add_argument("--seed", type=limit("seed"), default=0)
-    p.add_argument("--proposer", type=proposer_list, default=(ProposerName.DRAFT,),
-                   help="draft (default here): the draft model; auto (the app's and the API's default): prompt "
-                        "lookup or the draft model, chosen each step (lookup alone without a draft); mtp: the target's "
-                        "MTP head; a comma list (auto,draft,lookup) runs them interleaved in one sitting and compares "
+    p.add_argument("--proposer", type=proposer_list, default=None,
+                   help="draft (default here, auto for completion requests): the draft model; auto (the app's and the "
+                        "API's default): prompt lookup or the draft model, chosen each step (lookup alone without a "
+                        "draft); mtp: the target's MTP head; a comma list (auto,draft,lookup) runs them interleaved in one sitting and compares "
                         "them per prompt")
     p.add_argument("--repeats", type=limit("repeats"), default=1)
     p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
@@ -68,15 +73,24 @@ def proposer_list(text: str) -> tuple:
 
 
 def run(args: argparse.Namespace) -> int:
-    args.proposers, args.proposer = args.proposer, args.proposer[0]
-    if len(args.proposers) > 1 and args.reference:
-        fail("--reference times one proposer; give --proposer one name with it")
     if args.json_out:
         paths.check_writable(args.json_out)  # before the run, not after it
     try:
         prompts = load_prompts(args.prompts_file, args.suite)
     except PromptFileError as exc:
         fail(str(exc))
+    # editors' requests (the FIM suite, FIM lines in a prompts file): timed to the finished completion, as the
+    # API serves them (proposer auto) with llama.vim's n_predict
+    requests = has_infill(prompts)
+    args.proposer = args.proposer or ((ProposerName.AUTO,) if requests else (ProposerName.DRAFT,))
+    args.max_tokens = args.max_tokens or (benchfim.N_PREDICT if requests else 256)
+    args.proposers, args.proposer = args.proposer, args.proposer[0]
+    if len(args.proposers) > 1 and args.reference:
+        fail("--reference times one proposer; give --proposer one name with it")
+    if requests and args.reference:
+        fail("--reference times decoding alone; completion requests (FIM prompts) are timed with their prefill")
+    if requests and args.temperature > 0:
+        fail("completion requests are benchmarked greedy (each checked against plain decoding); use --temperature 0")
     if args.target:
         target, draft = Path(args.target), Path(args.draft) if args.draft else None
         missing = [str(f) for f in (target, draft) if f is not None and not f.is_file()]
@@ -117,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
     with pair:
         if ProposerName.MTP in args.proposers and not pair.has_mtp:
             fail(f"--proposer mtp: {target.name}: {mtp_reason(pair.target)}")
+        if requests:
+            try:
+                require_fim(pair, prompts)
+            except PromptFileError as exc:
+                fail(str(exc))
+            return benchfim.run(pair, prompts, gen, args, pair_id, gpu)
         if len(args.proposers) > 1:
             return _compare(pair, prompts, gen, args, pair_id, gpu)
         try:

@@ -1,0 +1,307 @@
+"""Completion benchmark: editors' requests timed as the editor waits for them, plain against speculative.
+
+Method (as ``bench.py``'s): one warm-up request per mode, then for every prompt and repeat a plain request and one
+per proposer, in an order rotated each repeat, each from a cold cache (the whole prompt prefilled; lookup remembers
+no earlier request). A request's time runs from the start of its prefill to its last token, what an editor waits
+for; time to first token, to its first token. Greedy (so every speculative completion must equal the plain one),
+``n_predict`` tokens at most, stopping at end of generation. Reported: p50 and p95 over every request of a mode
+(prompts × repeats), per-prompt medians over the repeats, and ratios: ``p50_ratio`` = speculative p50 / plain p50
+(below 1 is faster), a prompt's ``speedup`` = its plain median / its speculative median (above 1 is faster).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Optional, Sequence
+
+from app.engine.events import DoneEvent, StepEvent, TokenEvent
+from app.engine.llama.backend import ContextFullError
+from app.engine.loop import GenConfig
+from app.engine.pair import Pair
+from app.engine.stats import pool
+from app.engine.summary import Summary
+from app.lab.bench import NEAR_TIE, PRIVATE, divergence, public_dict
+from app.lab.prompts import Prompt, require_fim
+
+SLOW = 0.97  # a prompt whose speculative median is slower than this share of plain speed is flagged
+PLAIN = "plain"
+WARMUP_TOKENS = 8
+
+
+@dataclass
+class Request:
+    """One timed request."""
+
+    tokens: list[int]
+    total_s: float  # prefill + decode: until the last token
+    ttft_s: Optional[float]  # until the first token (None: the reply was empty)
+    prefill_s: float  # the target's prefill and the proposer's reading of the prompt
+    stats: Summary
+    steps: list[StepEvent] = field(default_factory=list)
+
+
+def request(pair: Pair, tokens: Sequence[int], cfg: GenConfig) -> Request:
+    """One request from a cold cache, as an editor's first request at a new place would find the server."""
+    pair.reset(lookup=True)
+    prefill = [0.0]
+    ttft: Optional[float] = None
+    done: Optional[DoneEvent] = None
+    steps: list[StepEvent] = []
+    t0 = time.perf_counter()
+    for ev in pair.generate(tokens, cfg, on_prefill=lambda s: prefill.__setitem__(0, s)):
+        if isinstance(ev, TokenEvent) and ttft is None:
+            ttft = time.perf_counter() - t0
+        elif isinstance(ev, StepEvent):
+            steps.append(ev)
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    total = time.perf_counter() - t0
+    assert done is not None
+    return Request(list(done.tokens), total, ttft, prefill[0], done.stats, steps)
+
+
+# --- arithmetic (pure) ------------------------------------------------------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """The q-th percentile, linear between the closest ranks (numpy's default); None for no values."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b else None
+
+
+@dataclass(frozen=True)
+class Times:
+    """p50/p95 of one mode's request times and times to first token, over every request."""
+
+    p50_s: Optional[float]
+    p95_s: Optional[float]
+    ttft_p50_s: Optional[float]
+    ttft_p95_s: Optional[float]
+    prefill_p50_s: Optional[float]
+    requests: int
+
+    @classmethod
+    def of(cls, totals: Sequence[float], ttfts: Sequence[float], prefills: Sequence[float]) -> "Times":
+        return cls(percentile(totals, 50), percentile(totals, 95), percentile(ttfts, 50), percentile(ttfts, 95),
+                   percentile(prefills, 50), len(totals))
+
+    def to_dict(self) -> dict:
+        return public_dict(self)
+
+
+def times(requests: Sequence[Request]) -> Times:
+    return Times.of([r.total_s for r in requests], [r.ttft_s for r in requests if r.ttft_s is not None],
+                    [r.prefill_s for r in requests])
+
+
+def slow_prompts(speedups: dict[str, Optional[float]], floor: float = SLOW) -> list[str]:
+    """The prompts whose speculative median is slower than ``floor`` × plain speed."""
+    return [pid for pid, s in speedups.items() if s is not None and s < floor]
+
+
+# --- results ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModeRow:
+    """One proposer on one prompt (medians over the repeats; acceptance pooled)."""
+
+    median_s: float
+    ttft_s: Optional[float]
+    speedup: Optional[float]  # plain median / this median
+    slow: bool
+    acceptance_rate: float
+    mean_accepted: float
+    drafted: int
+    accepted: int
+    lookup_drafted: int
+    lookup_accepted: int
+    paused: Optional[float]
+    t_draft_s: float  # summed over the repeats
+    t_verify_s: float
+    identical: bool
+    mismatch: Optional[dict]  # {"position", "gap", "near_tie"} of the first run that differs
+    runs_s: list
+    pooled: Summary = field(default_factory=Summary, repr=False, metadata=PRIVATE)
+
+    def to_dict(self) -> dict:
+        return public_dict(self)
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    id: str
+    category: str
+    prompt: str  # its label
+    prompt_tokens: int
+    tokens: int  # the plain completion's
+    plain_s: float  # median
+    plain_ttft_s: Optional[float]
+    plain_runs_s: list
+    modes: dict  # proposer -> ModeRow
+
+    def to_dict(self) -> dict:
+        return dict(public_dict(self), modes={k: v.to_dict() for k, v in self.modes.items()})
+
+
+@dataclass(frozen=True)
+class ModeSummary:
+    """One proposer over every prompt."""
+
+    times: Times
+    p50_ratio: Optional[float]  # speculative p50 / plain p50
+    p95_ratio: Optional[float]
+    ttft_p50_ratio: Optional[float]
+    median_speedup: Optional[float]  # over the prompts' speedups
+    min_speedup: Optional[float]
+    slow: list  # prompt ids below SLOW
+    acceptance_rate: float
+    mean_accepted: float
+    lookup_share: Optional[float]
+    paused: Optional[float]
+    identical: bool
+    mismatches: list  # {"prompt", "position", "gap", "near_tie"}
+
+    def to_dict(self) -> dict:
+        return dict(public_dict(self), times=self.times.to_dict())
+
+
+@dataclass(frozen=True)
+class RequestBenchResult:
+    """``to_dict`` is the JSON of ``bench --suite fim`` (and of prompt files with FIM lines)."""
+
+    n_predict: int
+    k: object
+    proposers: list
+    repeats: int
+    plain: Times
+    modes: dict  # proposer -> ModeSummary
+    per_prompt: list  # PromptRow
+    skipped: list
+    partial: bool
+
+    @property
+    def p50_ratio(self) -> Optional[float]:
+        first = self.modes.get(self.proposers[0])
+        return first.p50_ratio if first else None
+
+    def to_dict(self) -> dict:
+        return {"kind": "requests", "n_predict": self.n_predict, "k": self.k, "proposers": self.proposers,
+                "repeats": self.repeats, "p50_ratio": self.p50_ratio, "plain": self.plain.to_dict(),
+                "modes": {k: v.to_dict() for k, v in self.modes.items()},
+                "per_prompt": [p.to_dict() for p in self.per_prompt], "skipped": self.skipped,
+                "partial": self.partial, "slow_floor": SLOW}
+
+
+def _mode_row(pair: Pair, tokens: list[int], plain: list[Request], runs: list[Request]) -> ModeRow:
+    base = statistics.median(r.total_s for r in plain)
+    med = statistics.median(r.total_s for r in runs)
+    s = pool([r.stats for r in runs])
+    speedup = ratio(base, med)
+    bad = next((r for r in runs if r.tokens != plain[0].tokens), None)
+    mismatch = None
+    if bad is not None:
+        mismatch = divergence(pair, tokens, plain[0].tokens, bad.tokens)
+        if mismatch is not None:
+            mismatch["near_tie"] = mismatch["gap"] < NEAR_TIE
+    ttfts = [r.ttft_s for r in runs if r.ttft_s is not None]
+    return ModeRow(median_s=med, ttft_s=statistics.median(ttfts) if ttfts else None, speedup=speedup,
+                   slow=speedup is not None and speedup < SLOW, acceptance_rate=s.acceptance_rate,
+                   mean_accepted=s.mean_accepted, drafted=s.drafted, accepted=s.accepted,
+                   lookup_drafted=s.lookup_drafted, lookup_accepted=s.lookup_accepted, paused=s.paused_share,
+                   t_draft_s=s.t_draft, t_verify_s=s.t_verify, identical=bad is None, mismatch=mismatch,
+                   runs_s=[r.total_s for r in runs], pooled=s)
+
+
+def summarize(name: str, rows: Sequence[PromptRow], plain: Times, requests: Sequence[Request]) -> ModeSummary:
+    t = times(requests)
+    mine = {r.id: r.modes[name] for r in rows if name in r.modes}
+    s = pool([m.pooled for m in mine.values()])
+    speedups = [m.speedup for m in mine.values() if m.speedup is not None]
+    return ModeSummary(
+        times=t, p50_ratio=ratio(t.p50_s, plain.p50_s), p95_ratio=ratio(t.p95_s, plain.p95_s),
+        ttft_p50_ratio=ratio(t.ttft_p50_s, plain.ttft_p50_s),
+        median_speedup=statistics.median(speedups) if speedups else None,
+        min_speedup=min(speedups) if speedups else None,
+        slow=slow_prompts({pid: m.speedup for pid, m in mine.items()}),
+        acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, lookup_share=s.lookup_share,
+        paused=s.paused_share, identical=all(m.identical for m in mine.values()),
+        mismatches=[{"prompt": pid, **m.mismatch} for pid, m in mine.items() if m.mismatch])
+
+
+# --- the run ----------------------------------------------------------------------------------------------------
+
+def run_requests(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, proposers: Sequence[str],
+                 repeats: int = 1, warmup: bool = True,
+                 progress: Optional[Callable[[int, int, str], None]] = None,
+                 cancel: Optional[threading.Event] = None,
+                 keep: Optional[list] = None) -> RequestBenchResult:
+    """Every prompt as an editor's request, plain and with each proposer (``gen`` with its ``proposer``
+    replaced), interleaved; ``keep``: a list that receives (prompt id, mode, Request) of every timed request."""
+    if not gen.sampler.greedy:
+        raise ValueError("the completion benchmark is greedy (every completion checked against plain decoding); "
+                         "use temperature 0")
+    cfgs = {PLAIN: GenConfig(max_tokens=gen.max_tokens, sampler=gen.sampler, speculative=False)}
+    cfgs.update({name: GenConfig(max_tokens=gen.max_tokens, sampler=gen.sampler, k=gen.k, k_max=gen.k_max,
+                                 p_min=gen.p_min, proposer=name) for name in proposers})
+    require_fim(pair, prompts)
+    encoded, skipped = [], []
+    for p in prompts:
+        try:
+            encoded.append((p, p.tokens(pair, gen.max_tokens)))
+        except ContextFullError as exc:  # reported and left out, as bench does
+            skipped.append({"id": p.id, "category": p.category, "error": str(exc)})
+    if not encoded:
+        raise ValueError(f"no prompt can run: {skipped[0]['error']}" if skipped else "no prompts")
+    if warmup:
+        for cfg in cfgs.values():
+            request(pair, encoded[0][1], replace(cfg, max_tokens=WARMUP_TOKENS))
+    modes = list(cfgs)
+    total, done = len(encoded) * repeats * len(modes), 0
+    rows: list[PromptRow] = []
+    runs: dict[str, list[Request]] = {m: [] for m in modes}
+    partial = False
+    for prompt, tokens in encoded:
+        mine: dict[str, list[Request]] = {m: [] for m in modes}
+        for r in range(repeats):
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                if cancel is not None and cancel.is_set():
+                    partial = True
+                    break
+                got = request(pair, tokens, cfgs[mode])
+                mine[mode].append(got)
+                if keep is not None:
+                    keep.append((prompt.id, mode, got))
+                done += 1
+                if progress:
+                    progress(done, total, f"{prompt.id} {mode}")
+            if partial:
+                break
+        if any(not v for v in mine.values()):
+            break
+        for m in modes:
+            runs[m] += mine[m]
+        plain = mine[PLAIN]
+        ttfts = [x.ttft_s for x in plain if x.ttft_s is not None]
+        rows.append(PromptRow(id=prompt.id, category=prompt.category, prompt=prompt.label, prompt_tokens=len(tokens),
+                              tokens=len(plain[0].tokens), plain_s=statistics.median(x.total_s for x in plain),
+                              plain_ttft_s=statistics.median(ttfts) if ttfts else None,
+                              plain_runs_s=[x.total_s for x in plain],
+                              modes={n: _mode_row(pair, tokens, plain, mine[n]) for n in proposers}))
+        if partial:
+            break
+    plain_times = times(runs[PLAIN])
+    return RequestBenchResult(n_predict=gen.max_tokens, k=gen.k, proposers=list(proposers), repeats=repeats,
+                              plain=plain_times,
+                              modes={n: summarize(n, rows, plain_times, runs[n]) for n in proposers if rows},
+                              per_prompt=rows, skipped=skipped, partial=partial)
