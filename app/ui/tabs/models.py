@@ -32,6 +32,10 @@ PAIR_COLS = ["pair", "use", "fit", "estimated GiB", "GPU layers (target)", "≈ 
 DETECT, NO_GPU = "detected", "none (CPU only)"
 
 
+# the result may sit below the fold when the installed list is long: bring it into view, as far as needed
+SHOW_IMPORT_RESULT = "() => document.querySelector('#tdm-import-status')?.scrollIntoView({block: 'nearest'})"
+
+
 def _model_choices() -> list[tuple[str, str]]:
     """Installed models for the dropdowns: shown by file name (as in Pair settings), valued by id."""
     return [(f"{Path(r['path']).name} ({r['id']})", r["id"]) for r in library.installed(with_meta=False)]
@@ -234,7 +238,8 @@ def wire(state: AppState, v: SimpleNamespace, cancels: dict[str, threading.Event
                     api_name="models_fit")
     v.delete.click(do_delete, v.model_id, [v.status, v.installed], api_name="models_delete")
     v.import_btn.click(do_import, [v.import_path, v.import_file], [v.import_status, v.installed],
-                       api_name="models_import", show_progress_on=[v.import_status])
+                       api_name="models_import", show_progress_on=[v.import_status]).then(
+        None, None, None, js=SHOW_IMPORT_RESULT, api_visibility="private", queue=False)
     v.get_btn.click(on_get, v.get_choice, [v.status, v.installed], api_name="models_get",
                     show_progress_on=[v.status])
     v.pull_btn.click(on_pull, [v.pull_choice, v.repo, v.filename], [v.status, v.installed], api_name="models_pull",
