@@ -212,10 +212,29 @@ class Pair:
             return ids[1:]
         return t.tokenize(text, False, True, cancel=cancel)
 
-    def completion_prompt(self, text: str, cancel: Cancel = None) -> list[int]:
+    def completion_prompt(self, text: str, cancel: Cancel = None, special: bool = True) -> list[int]:
+        """Token ids of a raw completion prompt. As llama.cpp's completion endpoints, the text of control tokens
+        is parsed (``special``): a client that writes ``<|fim_prefix|>…<|fim_middle|>`` gets those tokens. A raw
+        prompt has no turns for such text to forge (``chat_prompt`` keeps message text as text)."""
         limits.check_prompt_size(text)
-        return self.target.tokenize(text, add_special=True, parse_special=False, limit=self.target.n_ctx - 1,
+        return self.target.tokenize(text, add_special=True, parse_special=special, limit=self.target.n_ctx - 1,
                                     cancel=cancel)
+
+    def prefill(self, prompt: Sequence[int], cfg: Optional[GenConfig] = None) -> None:
+        """Read ``prompt`` into the caches without generating (llama.cpp's ``n_predict: 0``, an editor's warm-up),
+        so that the next request sharing its start decodes only what differs. The last token stays pending, as a
+        generation leaves it; the draft model (``cfg`` speculative with a proposer that uses it) reads it too."""
+        t = self.target
+        if len(prompt) >= t.n_ctx:
+            raise ContextFullError.prompt(len(prompt), t.n_ctx)
+        t.sync(prompt[:-1], need_logits=False)
+        draft = self.draft
+        if (cfg is None or not cfg.speculative or draft is None or isinstance(draft, AssistantModel)
+                or self.proposer_kind(cfg) not in (ProposerName.DRAFT, ProposerName.AUTO)):
+            return
+        if self.kv_share is not None:
+            self.kv_share.offer(prompt[:-1], need_logits=False)
+        draft.sync(prompt[:-1], need_logits=False)
 
     def generate(self, prompt: Sequence[int], cfg: GenConfig, stop: Optional[threading.Event] = None,
                  baseline_tps: Optional[float] = None,

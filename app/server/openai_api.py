@@ -19,12 +19,14 @@ from typing import AsyncIterator, Callable, Optional, cast
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from app.errors import TandemError, api_error, ui_message
 from app.engine import limits
 from app.server import openai_format as F, openai_schema as schema, openai_tools as T
-from app.server.openai_run import Run
+from app.server import infill
+from app.server.infill_rules import Rules, SuffixStop
+from app.server.openai_run import Run, SseStream
 from app.server.guard import Guard
 from app.service import settings as S
 from app.service.metrics import CONTENT_TYPE, Metrics
@@ -32,7 +34,7 @@ from app.service.state import AppState
 
 IGNORED_HEADER = "x-tandem-ignored"  # the request fields Tandem did not use, comma-separated
 ROUTES = {"/v1/models": ("GET",), "/v1/chat/completions": ("POST",), "/v1/completions": ("POST",),
-          "/metrics": ("GET",), "/health": ("GET",)}
+          "/infill": ("POST",), "/metrics": ("GET",), "/health": ("GET",)}
 
 
 def _error(exc: schema.RequestError) -> JSONResponse:
@@ -41,22 +43,6 @@ def _error(exc: schema.RequestError) -> JSONResponse:
 
 def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-class _Stream(StreamingResponse):
-    """An SSE response that stops its generation however the response ends (done, error, client gone)."""
-
-    def __init__(self, run: Run, content: AsyncIterator[str], on_end: Callable[[], None], headers: dict):
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
-        self.run, self.on_end = run, on_end
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.run.close()
-            self.on_end()
 
 
 def _pieces(run: Run, env: F.Envelope) -> list[str]:
@@ -107,6 +93,7 @@ class OpenAIApi:
         r.add_api_route("/v1/models", self.models, methods=["GET"], include_in_schema=False)
         r.add_api_route("/v1/chat/completions", self.chat, methods=["POST"], include_in_schema=False)
         r.add_api_route("/v1/completions", self.completions, methods=["POST"], include_in_schema=False)
+        r.add_api_route("/infill", self.infill, methods=["POST"], include_in_schema=False)
         r.add_api_route("/v1/models/{model_id:path}", self.model, methods=["GET"], include_in_schema=False)
         r.add_api_route("/metrics", self.scrape, methods=["GET"], include_in_schema=False)
         r.add_api_route("/health", self.health, methods=["GET"], include_in_schema=False)
@@ -129,7 +116,7 @@ class OpenAIApi:
         return JSONResponse({"status": "ok"})
 
     async def model(self, request: Request, model_id: str) -> Response:
-        denied = self._denied(request)
+        denied = self.denied(request)
         if denied:
             return denied
         found = [m for m in self._models() if m["id"] == model_id]
@@ -138,7 +125,7 @@ class OpenAIApi:
                                               code="model_not_found", status=404))
         return JSONResponse(found[0])
 
-    def _denied(self, request: Request) -> Optional[JSONResponse]:
+    def denied(self, request: Request) -> Optional[JSONResponse]:
         refused = self.guard.refusal(request)
         if refused is not None:
             return _error(schema.RequestError(str(refused), code=refused.code, status=refused.status))
@@ -158,7 +145,7 @@ class OpenAIApi:
         return s.pair_id or (s.pair.target.path.stem if s.pair else "none")
 
     async def models(self, request: Request) -> Response:
-        denied = self._denied(request)
+        denied = self.denied(request)
         if denied:
             return denied
         return JSONResponse({"object": "list", "data": self._models()})
@@ -173,7 +160,7 @@ class OpenAIApi:
                  "n_ctx": info["n_ctx"], **({"standin": info["standin"]} if info.get("standin") else {})}]
 
     async def scrape(self, request: Request) -> Response:
-        denied = self._denied(request)
+        denied = self.denied(request)
         return denied or Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
     async def chat(self, request: Request) -> Response:
@@ -181,6 +168,16 @@ class OpenAIApi:
 
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, "text")
+
+    async def infill(self, request: Request) -> Response:
+        """llama.cpp's ``/infill`` (``infill.py``)."""
+        return await infill.handle(self, request)
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        """The threads of queued requests, apart from Gradio's."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(256)
+        return self._limiter
 
     async def _complete(self, request: Request, kind: str) -> Response:
         endpoint = "chat.completions" if kind == "chat" else "completions"
@@ -191,7 +188,7 @@ class OpenAIApi:
             self.metrics.request(endpoint, status, time.perf_counter() - t0, run.prompt_tokens if run else 0)
 
         try:
-            denied = self._denied(request)
+            denied = self.denied(request)
             if denied:
                 status = denied.status_code
                 return denied
@@ -208,7 +205,7 @@ class OpenAIApi:
             if req.stream:
                 include_usage = bool(req.stream_options and req.stream_options.include_usage)
                 streaming = True
-                return _Stream(run, _events(run, env, include_usage), on_end=record, headers=headers)
+                return SseStream(run, _events(run, env, include_usage), on_end=record, headers=headers)
             while await run.pull():
                 run.piece()
                 if await request.is_disconnected():
@@ -255,14 +252,21 @@ class OpenAIApi:
             prompt = lambda pair, cancel: pair.chat_prompt(plan.messages, cancel=cancel,  # noqa: E731 - as /chat
                                                            tools=plan.tools)
         else:
-            text = schema.completion_text(cast(schema.CompletionRequest, req))
+            completion = cast(schema.CompletionRequest, req)
+            text = schema.completion_text(completion)
             limits.check_prompt_size(text)
             grammar, param = T.output_grammar(req), T.grammar_param(req)
-            logprobs = cast(schema.CompletionRequest, req).logprobs
+            logprobs = completion.logprobs
+            suffix = completion.suffix
+            if suffix is not None and (suffix or not self.state.pair.target.fim_tokens().missing()):
+                infill.require_fim(self.state)  # fill in the middle, the request's prompt as the prefix
+                rules = Rules(stops=schema.stops(req), suffix=SuffixStop.of(text, suffix)
+                              if completion.stop_at_suffix is not False else None)
+                fim = lambda pair, cancel: infill.fim_prompt(pair.target, text, suffix, cancel=cancel)  # noqa: E731
+                return infill.InfillRun(self.state, fim, resolved, rules, self.limiter(), grammar=grammar,
+                                        logprobs=logprobs, grammar_param=param), req
             prompt = lambda pair, cancel: pair.completion_prompt(text, cancel=cancel)  # noqa: E731
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(256)
-        return Run(self.state, prompt, resolved, schema.stops(req), self._limiter, grammar=grammar,
+        return Run(self.state, prompt, resolved, schema.stops(req), self.limiter(), grammar=grammar,
                    logprobs=logprobs, tool_style=style, grammar_param=param), req
 
 

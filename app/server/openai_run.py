@@ -8,10 +8,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import AsyncIterator, Callable, Optional
 
 import anyio
 from fastapi import Request
+from fastapi.responses import StreamingResponse
 
 from app.engine.summary import Summary
 from app.chat.toolcalls import ToolStyle
@@ -33,8 +34,10 @@ class Run:
 
     def __init__(self, state: AppState, prompt: Callable, resolved: dict, stops: list[str],
                  limiter: Optional[anyio.CapacityLimiter] = None, grammar=None, logprobs: Optional[int] = None,
-                 tool_style: Optional[ToolStyle] = None, grammar_param: str = "response_format"):
+                 tool_style: Optional[ToolStyle] = None, grammar_param: str = "response_format",
+                 prefill: bool = False):
         self.limiter = limiter
+        self.prefill = prefill  # only read the prompt into the cache (an editor's warm-up)
         self.grammar_param = grammar_param
         self.stop = threading.Event()
         self.cfg = replace(S.to_config(resolved), grammar=grammar, logprobs=logprobs)
@@ -61,7 +64,7 @@ class Run:
             self.prompt_tokens = len(ids)
             return ids
 
-        self._gen = stream(state, build, [Job(self.cfg)], self.stop, interval=INTERVAL)
+        self._gen = stream(state, build, [Job(self.cfg, prefill=prefill)], self.stop, interval=INTERVAL)
         self._over = False
 
     async def pull(self) -> bool:
@@ -188,7 +191,8 @@ class Run:
         live = self.live
         summary = live.summary() if live else Summary()
         n = self.completion_tokens
-        prompt_s = (live.decode_start - live.started) if live and live.decode_start and live.started else 0.0
+        prompt_end = (live.decode_start or (live.last if self.prefill else None)) if live else None
+        prompt_s = (prompt_end - live.started) if live and prompt_end and live.started else 0.0
         stats = F.lmstudio_stats(summary, speculative=self.cfg.speculative, draft_model=self.draft_model,
                                  completion_tokens=n, ttft=self.ttft, reason=self.reason)
         notice = self.target.memory_notice() if self.target is not None else None
@@ -210,3 +214,19 @@ def _engine_error(live: Live, grammar_param: str) -> schema.RequestError:
     param = grammar_param if isinstance(exc, GrammarError) else exc.param if isinstance(exc, TandemError) else None
     return schema.RequestError(live.error or "generation failed", code=code, status=status, type_=type_,
                                param=param)
+
+
+class SseStream(StreamingResponse):
+    """An SSE response that stops its generation however the response ends (done, error, client gone)."""
+
+    def __init__(self, run: Run, content: AsyncIterator[str], on_end: Callable[[], None], headers: dict):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
+        self.run, self.on_end = run, on_end
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.run.close()
+            self.on_end()

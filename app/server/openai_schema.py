@@ -109,7 +109,8 @@ class CompletionRequest(_Common):
     prompt: Union[StrictStr, list[StrictStr]]
     echo: Optional[StrictBool] = None
     logprobs: Optional[StrictInt] = None
-    suffix: Optional[StrictStr] = None
+    suffix: Optional[StrictStr] = None  # fill in the middle: the prompt is the prefix (infill.py)
+    stop_at_suffix: Optional[StrictBool] = None  # Tandem's: end where the model copies the suffix (on unless false)
 
 
 def parse(model: type[_Common], raw: bytes) -> _Common:
@@ -167,9 +168,8 @@ def _refuse_unsupported(req: _Common) -> None:
                                code="unsupported_value")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
             raise RequestError(f"logprobs must be between 0 and {MAX_TOP}", param="logprobs", code="invalid_value")
-        for name in ("echo", "suffix"):
-            if getattr(req, name) not in (None, False, ""):
-                raise RequestError(f"{name} is not supported", param=name, code="unsupported_value")
+        if req.echo:
+            raise RequestError("echo is not supported", param="echo", code="unsupported_value")
     if len(stops(req)) > 16:
         raise RequestError("at most 16 stop strings", param="stop", code="invalid_value")
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Optional, Sequence
 
-from app.engine.events import DoneEvent, StepEvent, StrEnum, TokenEvent
+from app.engine.events import DoneEvent, StepEvent, StopReason, StrEnum, TokenEvent
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import Stats
@@ -150,6 +150,7 @@ def _text(pair: Pair, token: int) -> str:
 class Job:
     cfg: GenConfig
     reset: bool = False  # start from a cold KV cache (fair timing in Compare)
+    prefill: bool = False  # only read the prompt into the caches (an editor's warm-up): no tokens, at once
 
 
 PromptFn = Callable[[Pair], Sequence[int]]
@@ -197,6 +198,10 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                         pair.reset()
                     q.put((_START, i, time.perf_counter()))
                     q.put((PromptCache(_reused(pair, tokens)), i, time.perf_counter()))
+                    if job.prefill:
+                        pair.prefill(tokens, job.cfg)
+                        q.put((DoneEvent(reason=StopReason.MAX_TOKENS), i, time.perf_counter()))
+                        continue
                     for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
                         if isinstance(ev, TokenEvent) and ev.logprob is not None:  # (before the token's snapshot)
                             q.put((_pieces(pair, ev), i, time.perf_counter()))

@@ -143,3 +143,22 @@ def fim_tokens(vocab) -> FimTokens:
     return FimTokens(pre=tok(L.llama_vocab_fim_pre(vocab)), suf=tok(L.llama_vocab_fim_suf(vocab)),
                      mid=tok(L.llama_vocab_fim_mid(vocab)), pad=tok(L.llama_vocab_fim_pad(vocab)),
                      rep=tok(L.llama_vocab_fim_rep(vocab)), sep=tok(L.llama_vocab_fim_sep(vocab)))
+
+
+def detokenize(vocab, ids: Sequence[int], special: bool = True) -> str:
+    """The text of ``ids`` (``special``: control tokens written as their text), in a buffer of its own, so it may
+    run beside a generation (``Model.piece`` shares one)."""
+    import ctypes
+
+    import llama_cpp as L
+
+    if not ids:
+        return ""
+    arr = (L.llama_token * len(ids))(*ids)
+    cap = len(ids) * 8 + 16
+    buf = ctypes.create_string_buffer(cap)
+    n = L.llama_detokenize(vocab, arr, len(ids), buf, cap, False, special)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = L.llama_detokenize(vocab, arr, len(ids), buf, -n, False, special)
+    return buf.raw[:n].decode("utf-8", errors="replace")
