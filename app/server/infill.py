@@ -213,7 +213,7 @@ async def _events(reply: Reply) -> AsyncIterator[str]:
         while True:
             more = await run.pull()
             piece = run.piece()
-            if piece:
+            if piece or not more:  # llama.cpp's last partial chunk carries the timings, even without text
                 yield _sse(reply.partial(piece, last=not more))
             if not more:
                 break
