@@ -204,3 +204,23 @@ def test_bare_reference_loops_decode_what_tandem_decodes(smol_pair, smol_paths):
     tps, spec = bare_speculative(target_path, draft_path, prompt, TOKENS, k=4, n_ctx=1024)
     assert spec == plain and tps > 0
     assert bare_greedy(target_path, prompt, TOKENS, n_ctx=1024)[1] == plain
+
+
+def test_a_prefill_leaves_both_caches_as_a_generation_would_find_them(smol_pair):
+    """llama.cpp's n_predict 0 (an editor's warm-up): the prompt read into the target's and the draft model's
+    caches, its last token pending; plain decoding leaves the draft model alone."""
+    prompt = smol_pair.completion_prompt("def fibonacci(n):\n    ")
+    smol_pair.reset()
+    smol_pair.prefill(prompt, GenConfig(speculative=False))
+    assert smol_pair.target.cached == prompt[:-1] and smol_pair.draft.cached == []
+    smol_pair.prefill(prompt, GenConfig(proposer="draft"))
+    assert smol_pair.draft.cached == prompt[:-1]
+    assert smol_pair.target.missing(prompt[:-1]) == 0
+
+
+def test_completion_prompts_parse_control_token_text_as_llamacpp_does(coder_pair):
+    text = "<|fim_prefix|>def f(<|fim_suffix|>)<|fim_middle|>"
+    fim = coder_pair.target.fim_tokens()
+    ids = coder_pair.completion_prompt(text)
+    assert [fim.pre, fim.suf, fim.mid] == [i for i in ids if coder_pair.target.is_control(i)]
+    assert not any(coder_pair.target.is_control(i) for i in coder_pair.completion_prompt(text, special=False))
