@@ -132,10 +132,21 @@ class ModeRow:
     identical: bool
     mismatch: Optional[dict]  # {"position", "gap", "near_tie"} of the first run that differs
     runs_s: list
+    steps: list  # the first run's steps: STEP_FIELDS each, where the time went
     pooled: Summary = field(default_factory=Summary, repr=False, metadata=PRIVATE)
 
     def to_dict(self) -> dict:
         return public_dict(self)
+
+
+STEP_FIELDS = ("drafted", "accepted", "lookup_drafted", "lookup_accepted", "t_draft_s", "t_verify_s", "paused")
+
+
+def step_row(ev: StepEvent) -> list:
+    """A step as STEP_FIELDS: what was drafted and by whom, what was kept, what drafting and the verify pass
+    cost (times rounded to 0.1 ms)."""
+    return [ev.drafted, ev.accepted, ev.lookup, ev.lookup_accepted, round(ev.t_draft, 4), round(ev.t_verify, 4),
+            ev.paused]
 
 
 @dataclass(frozen=True)
@@ -200,7 +211,7 @@ class RequestBenchResult:
                 "repeats": self.repeats, "p50_ratio": self.p50_ratio, "plain": self.plain.to_dict(),
                 "modes": {k: v.to_dict() for k, v in self.modes.items()},
                 "per_prompt": [p.to_dict() for p in self.per_prompt], "skipped": self.skipped,
-                "partial": self.partial, "slow_floor": SLOW}
+                "partial": self.partial, "slow_floor": SLOW, "step_fields": list(STEP_FIELDS)}
 
 
 def _mode_row(pair: Pair, tokens: list[int], plain: list[Request], runs: list[Request]) -> ModeRow:
@@ -220,7 +231,7 @@ def _mode_row(pair: Pair, tokens: list[int], plain: list[Request], runs: list[Re
                    mean_accepted=s.mean_accepted, drafted=s.drafted, accepted=s.accepted,
                    lookup_drafted=s.lookup_drafted, lookup_accepted=s.lookup_accepted, paused=s.paused_share,
                    t_draft_s=s.t_draft, t_verify_s=s.t_verify, identical=bad is None, mismatch=mismatch,
-                   runs_s=[r.total_s for r in runs], pooled=s)
+                   runs_s=[r.total_s for r in runs], steps=[step_row(ev) for ev in runs[0].steps], pooled=s)
 
 
 def summarize(name: str, rows: Sequence[PromptRow], plain: Times, requests: Sequence[Request]) -> ModeSummary:

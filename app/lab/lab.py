@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from app import paths
 from app.engine import limits
 from app.lab import tune
-from app.lab.prompts import CATEGORIES, load_prompts
+from app.lab.prompts import CATEGORIES, load_prompts, require_fim
 from app.lab.history import History, artifacts_root
 from app.engine.loop import DEFAULT_P_MIN
 from app.engine.names import ProposerName
@@ -112,6 +112,7 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     for p_min in req.p_mins:
         limits.check("p_min", p_min)
     prompts = load_prompts(req.prompts_file, req.suite)
+    require_fim(pair, prompts)  # the completion suite on a target without FIM tokens: refused before any run
     if req.quick and not req.prompts_file:
         if req.suite == "all":
             prompts = [p for p in prompts if p.id in tune.QUICK_PROMPTS] or prompts[:2]

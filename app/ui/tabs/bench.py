@@ -15,7 +15,7 @@ from typing import Optional
 import gradio as gr
 
 from app.engine import limits
-from app.lab.prompts import CATEGORIES
+from app.lab.prompts import CATEGORIES, FIM
 from app.lab.history import History
 from app.lab.lab import LabRequest, discover, plan, run_lab, tuned_settings
 from app.lab.result import SweepResult
@@ -29,6 +29,8 @@ from app.ui.tabs import sizes
 from app.ui.controls import GEN
 from app.ui.panel import _fmt as _f
 
+# The suites offered: every category, and the editors' completion requests (a code model with FIM tokens only)
+SUITES = [("all", "all"), *((c, c) for c in CATEGORIES), ("Code completion (FIM)", FIM)]
 CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
 RUN_HEADERS = ["id", "when", "pair", "status", "kind", "best"]
 
@@ -162,7 +164,7 @@ def layout(hist: Histories) -> SimpleNamespace:
         drafts = gr.Textbox("all", label="Drafts", info="all (every installed compatible model + lookup), "
                             "or draft ids / file names and 'lookup', comma-separated", scale=3)
         ks = gr.Textbox("", label="K values", info="e.g. 1,2,4,8 or 1-12, 'auto' allowed; empty: default", scale=2)
-        suite = gr.Dropdown(["all", *CATEGORIES], value="all", label="Prompt suite", scale=1)
+        suite = gr.Dropdown(SUITES, value="all", label="Prompt suite", scale=1, elem_id="tdm-lab-suite")
     with gr.Row():
         max_tokens = gr.Number(None, label="Tokens per run", info="empty: 32 quick, 128 full", precision=0)
         temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature")

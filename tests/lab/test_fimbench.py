@@ -1,0 +1,53 @@
+"""The completion benchmark's figures as pure functions: percentiles, p50/p95 per mode, p50_ratio, per-prompt
+speedups and the prompts flagged below 0.97x."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.summary import Summary
+from app.lab.fimbench import SLOW, ModeRow, PromptRow, Request, Times, percentile, ratio, slow_prompts, summarize, \
+    times
+
+
+def test_percentiles_are_linear_between_ranks():
+    assert percentile([], 50) is None
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5  # order does not matter
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)
+    assert percentile(list(range(101)), 95) == 95
+
+
+def test_times_and_ratios():
+    t = Times.of([10.0, 12.0, 14.0, 30.0], [1.0, 2.0, 3.0], [0.5, 0.5, 0.7, 0.9])
+    assert (t.p50_s, t.ttft_p50_s, t.prefill_p50_s, t.requests) == (13.0, 2.0, 0.6, 4)
+    assert t.p95_s == pytest.approx(14.0 + 0.85 * 16.0)
+    assert ratio(9.0, 10.0) == 0.9 and ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
+
+
+def test_the_flag_is_below_the_floor_only():
+    assert SLOW == 0.97
+    assert slow_prompts({"a": 0.96, "b": 0.97, "c": 1.4, "d": None}) == ["a"]
+
+
+def req(total: float, ttft: float) -> Request:
+    return Request(tokens=[1, 2], total_s=total, ttft_s=ttft, prefill_s=0.5, stats=Summary())
+
+
+def row(pid: str, plain: float, spec: float) -> PromptRow:
+    mode = ModeRow(median_s=spec, ttft_s=1.0, speedup=plain / spec, slow=plain / spec < SLOW, acceptance_rate=0.5,
+                   mean_accepted=1.5, drafted=0, accepted=0, lookup_drafted=0, lookup_accepted=0, paused=None,
+                   t_draft_s=0.0, t_verify_s=0.0, identical=True, mismatch=None, runs_s=[spec], steps=[])
+    return PromptRow(id=pid, category="fim", prompt="", prompt_tokens=10, tokens=2, plain_s=plain, plain_ttft_s=1.0,
+                     plain_runs_s=[plain], modes={"auto": mode})
+
+
+def test_a_mode_summary_gives_p50_ratio_and_the_slow_prompts():
+    rows = [row("a", 10.0, 8.0), row("b", 20.0, 21.0), row("c", 30.0, 15.0)]
+    plain = times([req(10.0, 1.0), req(20.0, 1.0), req(30.0, 2.0)])
+    s = summarize("auto", rows, plain, [req(8.0, 1.0), req(21.0, 0.5), req(15.0, 1.0)])
+    assert s.times.p50_s == 15.0 and s.p50_ratio == 15.0 / 20.0
+    assert s.p95_ratio == pytest.approx(s.times.p95_s / plain.p95_s)
+    assert s.min_speedup == pytest.approx(20.0 / 21.0) and s.slow == ["b"]
+    assert s.median_speedup == pytest.approx(1.25) and s.identical and not s.mismatches
+    assert s.to_dict()["times"]["p50_s"] == 15.0
