@@ -108,7 +108,7 @@ def test_forged_host_is_refused_on_every_route(base):
         for path in ("/", "/config", "/gradio_api/info", "/gradio_api/info/", "/gradio_api/openapi.json",
                      "/gradio_api/queue/data?session_hash=rebind", "/gradio_api/call/models_refresh/abc",
                      "/gradio_api/file=models", "/theme.css", "/login_check", "/gradio_api/startup-events",
-                     "/v1/models", "/metrics", "/health"):
+                     "/v1/models", "/metrics", "/health", "/infill"):
             status, body = _send(base, path, headers={"Host": host})
             assert _refused(status, body, host), (host, path, status, body[:200])
 
@@ -237,3 +237,13 @@ def test_websocket_handshake_is_refused():
         with client.websocket_connect("/ws", headers={"host": "evil.example"}):
             pass
     assert refused.value.code == 1008
+
+
+def test_the_apps_own_server_serves_infill_behind_the_same_checks(base):
+    """/infill is mounted on the UI's server too: the demo pair has no FIM tokens (llama.cpp's 501), and another
+    site's page is refused first."""
+    body = b'{"input_prefix": "def f(", "input_suffix": ")"}'
+    status, answer = _send(base, "/infill", "POST", {"Content-Type": "application/json"}, body)
+    assert status == 501 and json.loads(answer)["error"]["code"] == "not_supported", answer[:200]
+    status, answer = _send(base, "/infill", "POST", {"Content-Type": "text/plain", "Origin": FOREIGN}, body)
+    assert _refused(status, answer, FOREIGN), (status, answer[:200])
