@@ -128,3 +128,34 @@ def test_atomic_output_leaves_nothing_on_failure(tmp_path):
             part.write_bytes(b"half")
             raise RuntimeError("interrupted")
     assert not dest.exists() and not part.exists()
+
+
+def test_bench_fim_requests_through_the_launcher(tmp_path, coder_path):
+    """Two FIM requests (a prompt file mixing an /infill line with an ordinary one) on the Qwen coder alone, lookup
+    drafting: the request JSON, every completion equal to plain decoding, the reproducing command."""
+    prompts = tmp_path / "fim.jsonl"
+    prompts.write_text(json.dumps({"id": "area", "input_prefix": "def area(width, height):\n",
+                                   "input_suffix": "\n\nprint(area(2, 3))\n",
+                                   "input_extra": [{"filename": "util.py", "text": "def half(x):\n    return x / 2\n"}]})
+                       + "\n" + json.dumps({"id": "fib", "prompt": "def fib(n):\n"}) + "\n")
+    out = tmp_path / "out.json"
+    proc = launcher("bench", "--target", str(coder_path), "--proposer", "lookup", "--prompts-file", str(prompts),
+                    "--max-tokens", "16", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["kind"] == "requests" and result["n_predict"] == 16 and result["proposers"] == ["lookup"]
+    mode = result["modes"]["lookup"]
+    assert result["p50_ratio"] == mode["p50_ratio"] == pytest.approx(mode["times"]["p50_s"] / result["plain"]["p50_s"])
+    assert [p["id"] for p in result["per_prompt"]] == ["area", "fib"]
+    for p in result["per_prompt"]:
+        m = p["modes"]["lookup"]
+        assert p["prompt_tokens"] > 0 and 0 < p["tokens"] <= 16 and m["median_s"] > 0 and m["ttft_s"] <= m["median_s"]
+        assert m["slow"] == (m["speedup"] < result["slow_floor"]) and len(m["steps"][0]) == len(result["step_fields"])
+    assert_bench_greedy(mode["identical"], [m for m in mode["mismatches"]])
+    assert "p50_ratio" in proc.stdout and "[bench] reproduce: " in proc.stdout
+
+
+def test_bench_fim_suite_on_a_pair_without_fim_tokens_is_a_clear_error(smol_paths):
+    proc = launcher("bench", "--pair", "demo-smollm2", "--suite", "fim", "--max-tokens", "4")
+    assert proc.returncode == 2
+    assert "fill-in-the-middle prompts" in proc.stderr and "no prefix, suffix, middle tokens" in proc.stderr

@@ -208,3 +208,15 @@ def test_a_run_whose_process_died_reads_as_interrupted(home):
     with sqlite3.connect(hist.path) as db:
         db.execute("UPDATE runs SET pid = ? WHERE id = ?", (2**22 + 12345, run_id))
     assert hist.list()[0]["status"] == "interrupted" and hist.get(run_id)["cells"] == []
+
+
+def test_the_completion_suite_sweeps_on_a_fim_model_and_is_refused_without_one(coder_pair, smol_pair, home):
+    """The Pair lab's "Code completion (FIM)" row: its prompts are editors' FIM requests, swept like any other on
+    a code model; a target without FIM tokens is refused before anything runs."""
+    cfg = plan(coder_pair, LabRequest(drafts="lookup", ks="2", suite="fim", quick=True, max_tokens=8))
+    assert len(cfg.prompts) == 2 and all(p.infill is not None and p.category == "fim" for p in cfg.prompts)
+    result = run_lab(coder_pair, cfg, None, store_tuned=False)
+    assert not result.partial and [c["draft"] for c in result.cells] == ["lookup"]
+    assert result.cells[0]["prompts"] == 2 and set(result.recommendations) == {"all", "fim"}
+    with pytest.raises(ValueError, match="no prefix, suffix, middle tokens for fill-in-the-middle"):
+        plan(smol_pair, LabRequest(drafts="lookup", ks="2", suite="fim", quick=True))

@@ -66,3 +66,14 @@ def test_tune_endpoint_end_to_end(tab_app, smol_paths):
 
     with pytest.raises(Exception, match="K"):  # a bad K is refused with a message, nothing runs
         client.predict(draft, "0", "all", 16, 0.0, True, api_name="/tune")
+
+
+def test_the_completion_suite_is_offered_and_refused_on_a_pair_without_fim_tokens(tab_app):
+    from app.ui.tabs import bench as bench_tab
+
+    assert ("Code completion (FIM)", "fim") in bench_tab.SUITES
+    url, state = tab_app
+    client = gradio_client.Client(url, verbose=False)
+    with pytest.raises(Exception, match="fill-in-the-middle"):
+        client.predict("lookup", "2", "fim", 8, 0.0, True, api_name="/tune")
+    assert not state.generation_lock.locked()
