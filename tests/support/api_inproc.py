@@ -15,14 +15,16 @@ from support.api_greedy import assert_same_greedy_text, greedy
 
 
 class Served:
-    def __init__(self, pair, pair_id: str = "demo-smollm2"):
+    def __init__(self, pair, pair_id: str = "demo-smollm2", wrap=None):
+        """``wrap``: an ASGI wrapper put around the app (support.asgi_record.Recorder keeps what was asked)."""
         import uvicorn
 
         self.state = AppState(pair=pair, pair_id=pair_id)
         app, _ = build(self.state)
+        self.app = wrap(app) if wrap else app
         port = ephemeral_port()
         self.url = f"http://127.0.0.1:{port}/"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
@@ -44,6 +46,10 @@ class Served:
             return err.code, dict(err.headers), err.read()
 
     def close(self) -> None:
+        # a client that hung up stops its generation within a step, after its response has ended: wait for it,
+        # or the pair (closed next by its fixture) is freed under a running decode
+        if self.state.generation_lock.acquire(timeout=120):
+            self.state.generation_lock.release()
         self.server.should_exit = True
         self.thread.join(timeout=10)
 
