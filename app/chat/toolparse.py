@@ -4,12 +4,16 @@
 content that can no longer turn into a call, and each call once it is whole; ``finish`` reads what is left at
 the end of the reply. Styles:
 - Hermes/Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks among ordinary text (text that
-  might be the start of ``<tool_call>`` is held back until it is not);
+  might be the start of ``<tool_call>`` is held back until it is not); and, as llama.cpp's Hermes-2-Pro parser
+  reads them, a call written as a fenced block (```` ```json\n{"name": ..., "arguments": {...}}\n``` ````) or as
+  bare JSON at the start of the reply, which Qwen2.5-Coder writes when the choice is ``auto``. Those two must be
+  shaped as a call (``name`` and ``arguments``, nothing else) so an ordinary JSON example stays text;
 - Llama 3.1: a reply that is a JSON call ``{"name": ..., "parameters": {...}}`` (several joined by ``;``), with or
   without ``<|python_tag|>``; any other reply is content;
 - generic (llama.cpp's fallback): the reply is JSON, ``{"tool_call": {...}}``, ``{"tool_calls": [...]}`` or
   ``{"response": "..."}``; a response's text streams as it is decoded.
-A block that does not parse as a call is content, so nothing the model wrote is lost.
+A block that does not parse as a call is content, so nothing the model wrote is lost; but a call the reply's end
+cut short (``max_tokens``) is neither a call nor content: half a call is never handed out as text.
 """
 
 from __future__ import annotations
@@ -17,12 +21,24 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Optional, Union
 
 from app.chat.toolcalls import ToolCall, ToolStyle
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+FENCE = "```"
 PYTHON_TAG = "<|python_tag|>"
+CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
+_DECODER = json.JSONDecoder()
+
+
+class Head(str, Enum):
+    """What a fence or a brace in a Hermes reply starts, as far as the text so far tells."""
+
+    CALL = "call"  # a tool call's JSON begins here
+    MORE = "more"  # too early to tell
+    NO = "no"  # ordinary text
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,59 @@ def _held_prefix(text: str, marker: str) -> int:
     return 0
 
 
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _object_head(text: str, i: int) -> Head:
+    """Does ``text[i:]`` open a JSON object whose first key is ``"name"`` (llama.cpp's ``\\{\\s*"name"``)?"""
+    if i >= len(text):
+        return Head.MORE
+    if text[i] != "{":
+        return Head.NO
+    j = _skip_space(text, i + 1)
+    rest = text[j:]
+    if rest.startswith('"name"'):
+        k = _skip_space(text, j + len('"name"'))
+        return Head.MORE if k >= len(text) else Head.CALL if text[k] == ":" else Head.NO
+    return Head.MORE if '"name"'.startswith(rest) else Head.NO
+
+
+def fenced_head(text: str) -> tuple[Head, int]:
+    """``text`` starts with a fence: (whether a call follows, where its JSON starts). As llama.cpp's Hermes-2-Pro
+    ``open_regex``: ```` ``` ```` with ``json``, ``xml`` or no language, a newline, space, an optional
+    ``<tool_call>``, then the object."""
+    i = len(FENCE)
+    for lang in ("json", "xml"):
+        if text.startswith(lang, i):
+            i += len(lang)
+            break
+        if lang.startswith(text[i:]) and len(text) - i < len(lang):
+            return Head.MORE, 0
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i >= len(text):
+        return Head.MORE, 0
+    if text[i] != "\n":
+        return Head.NO, 0
+    i = _skip_space(text, i + 1)
+    if text.startswith(OPEN, i):
+        i = _skip_space(text, i + len(OPEN))
+    elif i < len(text) and OPEN.startswith(text[i:]):
+        return Head.MORE, 0
+    head = _object_head(text, i)
+    return head, i if head == Head.CALL else 0
+
+
+def _strict_call(obj: Any) -> Optional[ToolCall]:
+    """A call written outside ``<tool_call>``: exactly a call's keys, so {"name": "Ada", "age": 36} stays text."""
+    if not isinstance(obj, dict) or not set(obj) <= CALL_KEYS or not ({"arguments", "parameters"} & set(obj)):
+        return None
+    return _as_call(obj, ("arguments", "parameters"))
+
+
 _RESPONSE_HEAD = re.compile(r'\s*\{\s*"response"\s*:\s*"')
 _CALL_HEAD = re.compile(r'\s*\{\s*"tool_calls?"\s*:')
 
@@ -110,6 +179,7 @@ class ToolCallParser:
         self.buf = ""  # text received and not yet handed out
         self.reply = ParsedReply()
         self._inside = False  # Hermes: inside a <tool_call> block
+        self._plain = False  # Hermes: the reply has begun with text (a bare JSON call can no longer open it)
         self._mode: Optional[str] = None  # Llama 3 / generic: "content", "call", (generic) "response", "json"
 
     def feed(self, text: str) -> list[Delta]:
@@ -145,26 +215,100 @@ class ToolCallParser:
     def _hermes(self, final: bool) -> list[Delta]:
         out: list[Delta] = []
         while True:
-            if not self._inside:
-                at = self.buf.find(OPEN)
-                if at < 0:
-                    keep = 0 if final else _held_prefix(self.buf, OPEN)
-                    text = self.buf[:len(self.buf) - keep]
-                    out += self._content(text if text.strip() or not self.reply.tool_calls else "")
-                    self.buf = self.buf[len(self.buf) - keep:]
+            if self._inside:
+                at = self.buf.find(CLOSE)
+                if at < 0 and not final:
                     return out
-                before = self.buf[:at]
-                out += self._content(before if before.strip() else "")  # (whitespace between calls is not content)
-                self.buf, self._inside = self.buf[at + len(OPEN):], True
-            at = self.buf.find(CLOSE)
-            if at < 0 and not final:
-                return out
-            body = self.buf if at < 0 else self.buf[:at]
-            call = _as_call(_loads(body.strip()))
-            out += self._call(call) if call else self._content(OPEN + body + ("" if at < 0 else CLOSE))
-            self.buf, self._inside = ("" if at < 0 else self.buf[at + len(CLOSE):]), False
+                body = self.buf if at < 0 else self.buf[:at]
+                call = _as_call(_loads(body.strip()))
+                if call:
+                    out += self._call(call)
+                elif at >= 0:  # a closed block that is not a call: the model's text
+                    out += self._content(OPEN + body + CLOSE)
+                self.buf, self._inside = ("" if at < 0 else self.buf[at + len(CLOSE):]), False  # (cut: dropped)
+                if at < 0:
+                    return out
+                continue
+            at = self._next_marker()
             if at < 0:
+                keep = 0 if final else max(_held_prefix(self.buf, OPEN), _held_prefix(self.buf, FENCE))
+                text = self.buf[:len(self.buf) - keep]
+                if not final and not text.strip() and (self._at_start() or self.reply.tool_calls):
+                    return out  # space before a call is not content: wait for what follows it
+                out += self._content(text if text.strip() or not self.reply.tool_calls else "")
+                self.buf = self.buf[len(self.buf) - keep:]
                 return out
+            before, rest = self.buf[:at], self.buf[at:]
+            fenced, start = rest.startswith(FENCE), 0
+            if rest.startswith(OPEN):
+                head = Head.CALL
+            elif fenced:
+                head, start = fenced_head(rest)
+            else:
+                head = _object_head(rest, 0)
+            if head == Head.MORE and not final:
+                if before.strip():
+                    out += self._content(before)
+                    self.buf = rest
+                return out
+            if head != Head.CALL:  # ordinary text: past the fence or brace, look for the next marker
+                n = len(FENCE) if fenced else 1
+                out += self._content(before + rest[:n])
+                self.buf, self._plain = rest[n:], True
+                continue
+            out += self._content(before if before.strip() else "")  # (whitespace between calls is not content)
+            self.buf = rest
+            if rest.startswith(OPEN):
+                self.buf, self._inside = rest[len(OPEN):], True
+                continue
+            step = self._json_call(start, fenced, final)
+            if step is None:
+                return out
+            out += step
+
+    def _at_start(self) -> bool:
+        """Only space (or calls) so far: a bare JSON call may still begin the reply."""
+        return not self._plain and not self.reply.content.strip()
+
+    def _next_marker(self) -> int:
+        """Where the next possible call begins: ``<tool_call>``, a fence, or a brace opening the reply."""
+        found = [i for i in (self.buf.find(OPEN), self.buf.find(FENCE)) if i >= 0]
+        lead = _skip_space(self.buf, 0)
+        if self._at_start() and lead < len(self.buf) and self.buf[lead] == "{":
+            found.append(lead)
+        return min(found, default=-1)
+
+    def _json_call(self, start: int, fenced: bool, final: bool) -> Optional[list[Delta]]:
+        """The call whose JSON starts at ``buf[start]`` (in a fence or bare): its delta, the text it turned out to
+        be, [] for a call the reply's end cut short, or None to wait for more text."""
+        try:
+            obj, end = _DECODER.raw_decode(self.buf, start)
+        except json.JSONDecodeError:
+            closed = fenced and FENCE in self.buf[start:]
+            if not final and not closed:
+                return None
+            if closed:  # a fenced block that is not JSON: the model's text, up to its closing fence
+                end = self.buf.index(FENCE, start) + len(FENCE)
+                text, self.buf, self._plain = self.buf[:end], self.buf[end:], True
+                return self._content(text)
+            self.buf = ""  # cut short by the reply's end: neither a call nor text
+            return []
+        k = _skip_space(self.buf, end)
+        if not final and len(self.buf) - k < len(CLOSE) and CLOSE.startswith(self.buf[k:]):
+            return None  # (a closing tag may follow)
+        if self.buf.startswith(CLOSE, k):
+            k = _skip_space(self.buf, k + len(CLOSE))
+        if fenced:
+            if not final and len(self.buf) - k < len(FENCE) and FENCE.startswith(self.buf[k:]):
+                return None
+            if self.buf.startswith(FENCE, k):
+                k += len(FENCE)
+        call = _strict_call(obj)
+        text, self.buf = self.buf[:k], self.buf[k:]
+        if call is None:
+            self._plain = True
+            return self._content(text)
+        return self._call(call)
 
     # --- Llama 3.1 ---------------------------------------------------------------------------------------
 
@@ -239,6 +383,6 @@ class ToolCallParser:
             if not final:
                 return []
             text, self.buf, self._mode = self.buf, "", "done"
-            return self._content(text)
+            return self._content(text) if obj is not None else []  # (unparsable at the end: a cut call, dropped)
         self.buf = ""  # "done": trailing whitespace after the JSON
         return []

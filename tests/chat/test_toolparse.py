@@ -66,3 +66,53 @@ def test_generic_replies(step):
         assert len([d for d in deltas if isinstance(d, ContentDelta)]) > 5  # the response streams
     _, parsed = _feed_all(ToolStyle.GENERIC, "plain words", step)
     assert parsed.content == "plain words"
+
+
+# --- Qwen2.5-Coder with tool_choice "auto": a call as a fenced block or bare JSON (llama.cpp's Hermes-2-Pro reading)
+FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Tokyo"\n  }\n}\n```'
+BARE = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+
+
+@pytest.mark.parametrize("step", [1, 2, 7, 1000])
+@pytest.mark.parametrize("reply, city, content", [
+    (FENCED, "Tokyo", ""),
+    (BARE, "Paris", ""),
+    ("\n" + BARE + "\n", "Paris", ""),
+    ("I'll look.\n" + FENCED + "\nThen I answer.", "Tokyo", "I'll look.\n\nThen I answer."),
+    ('```\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n```', "Oslo", ""),
+])
+def test_hermes_fenced_and_bare_calls_parse_whole_and_streamed(reply, city, content, step):
+    deltas, parsed = _feed_all(ToolStyle.HERMES, reply, step)
+    assert [c.name for c in parsed.tool_calls] == ["get_weather"] and parsed.finish_reason == "tool_calls"
+    assert json.loads(parsed.tool_calls[0].arguments) == {"city": city}
+    assert parsed.content == content
+    assert "".join(d.text for d in deltas if isinstance(d, ContentDelta)) == content
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+@pytest.mark.parametrize("reply", [
+    "Here:\n```python\nprint({'name': 1})\n```\nDone.",
+    'An example:\n```json\n{"name": "Ada", "age": 36}\n```\n',  # JSON with a name, shaped as no call
+    '{"name": "Ada", "age": 36}',
+    '```json\nnot json at all\n```',
+    'text then {"name": "f", "arguments": {}}',  # bare JSON counts only at the start of the reply
+])
+def test_fences_and_json_that_are_not_calls_stay_text(reply, step):
+    deltas, parsed = _feed_all(ToolStyle.HERMES, reply, step)
+    assert parsed.tool_calls == [] and parsed.content == reply.lstrip()
+    assert "".join(d.text for d in deltas if isinstance(d, ContentDelta)) == parsed.content
+
+
+@pytest.mark.parametrize("step", [1, 4, 1000])
+@pytest.mark.parametrize("style, reply", [
+    (ToolStyle.HERMES, '{"name": "get_weather", "arguments": {"city'),
+    (ToolStyle.HERMES, '```json\n{\n  "name": "get_weather",\n'),
+    (ToolStyle.HERMES, 'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"ci'),
+    (ToolStyle.GENERIC, '{"tool_calls": [{"name": "get_time", "arguments": {"city": "Ro'),
+    (ToolStyle.GENERIC, '{"tool_call": {"name": "get_ti'),
+])
+def test_a_call_cut_by_the_reply_end_is_never_content(style, reply, step):
+    deltas, parsed = _feed_all(style, reply, step)
+    assert parsed.tool_calls == [] and "name" not in parsed.content and "{" not in parsed.content
+    assert parsed.content == ("Checking.\n" if reply.startswith("Checking") else "")
+    assert not any("{" in d.text for d in deltas if isinstance(d, ContentDelta))
