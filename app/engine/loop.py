@@ -54,6 +54,10 @@ class GenConfig:
     rule: str = Rule.REJECTION  # T > 0: the verification rule (names.Rule)
     grammar: Optional[GrammarSpec] = None  # the output must match this grammar (grammar.py)
     logprobs: Optional[int] = None  # None: off; n (0..20): each token's logprob and the n likeliest tokens
+    # llama.cpp server's ignore_eos (end-of-generation tokens never chosen) and vLLM's min_tokens (not before this
+    # many tokens): the target's end-of-generation logits are -inf, as llama.cpp's EOG logit bias makes them
+    ignore_eos: bool = False
+    min_tokens: int = 0
 
     def validate(self) -> "GenConfig":
         """Raise ValueError (``limits.LimitError``) naming a setting outside its documented range."""
@@ -70,6 +74,13 @@ class GenConfig:
             raise ValueError(f"top_logprobs must be an integer between 0 and {MAX_TOP}, not {self.logprobs!r}")
         if self.grammar is not None:
             self.grammar.to_gbnf()  # a schema the converter cannot express fails here
+        if not (isinstance(self.min_tokens, int) and 0 <= self.min_tokens <= self.max_tokens):
+            raise limits.LimitError(f"min_tokens must be an integer from 0 to max_tokens ({self.max_tokens}), not "
+                                    f"{limits.shown(self.min_tokens)}", param="min_tokens")
+        if self.grammar is not None and (self.ignore_eos or self.min_tokens):
+            raise limits.LimitError("ignore_eos and min_tokens cannot be combined with a grammar, a JSON schema or "
+                                    "tools: the grammar decides where the reply ends", param="ignore_eos"
+                                    if self.ignore_eos else "min_tokens")
         return self
 
 
@@ -179,6 +190,7 @@ class _Run:
     step: int = 0
     reason: Optional[StopReason] = None
     end: Optional[int] = None  # the end-of-generation token the target chose, if it ended so
+    eog: Optional[list[int]] = None  # the vocabulary's end-of-generation tokens, read when first masked
 
     @classmethod
     def start(cls, target: Target, prompt: Sequence[int], cfg: GenConfig, spec: Optional[Proposer],
@@ -238,7 +250,7 @@ class _Run:
         target, cfg, track = self.target, self.cfg, self.track
         t_pass = time.perf_counter()
         batch = [self.tokens[-1]] + draft.tokens
-        logits = target.decode(batch, range(len(batch)))
+        logits = self.no_end(target.decode(batch, range(len(batch))))
         plain_argmax = cfg.sampler.greedy and cfg.sampler.repeat_penalty == 1.0
         rows = logits if track is None else track.rows(logits, plain_argmax)
         n, nxt = judge(rows, draft, self.tokens, cfg, self.rng, self.noise)
@@ -246,6 +258,19 @@ class _Run:
             track.advance(n, nxt, target.is_eog(nxt))
         target.rollback(len(self.tokens) + n)
         return n, nxt, logits, time.perf_counter() - t_pass
+
+    def no_end(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` with the end-of-generation tokens at -inf in the rows that must not end the reply
+        (``ignore_eos``: all of them; ``min_tokens``: those before it), so every rule at every temperature, and
+        the draft's verification, treat them as impossible."""
+        rows = len(logits) if self.cfg.ignore_eos else min(len(logits), self.cfg.min_tokens - self.emitted)
+        if rows <= 0:
+            return logits
+        if self.eog is None:
+            self.eog = [t for t in range(logits.shape[1]) if self.target.is_eog(t)]
+        logits = np.array(logits, copy=True)
+        logits[np.ix_(range(rows), self.eog)] = -np.inf
+        return logits
 
     def emit(self, draft: Draft, n: int, nxt: int, logits: np.ndarray) -> list[TokenEvent]:
         """The pass's tokens (the ``n`` kept, then ``nxt``) as events, up to an end of generation or the budget."""

@@ -192,7 +192,7 @@ class OpenAIApi:
             if denied:
                 status = denied.status_code
                 return denied
-            run, req = self._prepare(await self.guard.body(request), kind)
+            run, req = self.prepare(await self.guard.body(request), kind)
             self.guard.drain.track(run.stop)
             if not await run.begin(request):
                 status = 499  # the client closed the connection while waiting (nginx's code)
@@ -233,7 +233,8 @@ class OpenAIApi:
             if not streaming:
                 record()
 
-    def _prepare(self, raw: bytes, kind: str):
+    def prepare(self, raw: bytes, kind: str):
+        """The Run of an OpenAI request body (also what the Ollama routes translate theirs into)."""
         model = schema.ChatRequest if kind == "chat" else schema.CompletionRequest
         req = schema.parse(model, raw)
         resolved = schema.settings_of(req, S.defaults(self.state.defaults))
@@ -266,8 +267,10 @@ class OpenAIApi:
                 return infill.InfillRun(self.state, fim, resolved, rules, self.limiter(), grammar=grammar,
                                         logprobs=logprobs, grammar_param=param), req
             prompt = lambda pair, cancel: pair.completion_prompt(text, cancel=cancel)  # noqa: E731
-        return Run(self.state, prompt, resolved, schema.stops(req), self.limiter(), grammar=grammar,
-                   logprobs=logprobs, tool_style=style, grammar_param=param), req
+        run = Run(self.state, prompt, resolved, schema.stops(req), self.limiter(), grammar=grammar,
+                  logprobs=logprobs, tool_style=style, grammar_param=param)
+        run.cfg.validate()  # with its grammar (ignore_eos cannot join one): a 400 before the queue
+        return run, req
 
 
 def _ignored_header(req: schema._Common) -> dict:

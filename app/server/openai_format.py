@@ -80,9 +80,11 @@ class Cut:
 
 # --- statistics ---------------------------------------------------------------------------------------------
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached: int = 0) -> dict:
+    """OpenAI's usage; ``cached``: prompt tokens the KV cache already held (``prompt_tokens_details``, as OpenAI
+    and llama.cpp's server report the prompt cache)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional[str], completion_tokens: int,

@@ -201,7 +201,7 @@ class Run:
         if self.standin:
             stats["standin"] = self.standin
         return {
-            "usage": F.usage(self.prompt_tokens, n),
+            "usage": F.usage(self.prompt_tokens, n, cached=(live.cached or 0) if live else 0),
             "stats": stats,
             "timings": F.llamacpp_timings(summary, prompt_tokens=self.prompt_tokens, prompt_s=max(prompt_s, 0.0),
                                           completion_tokens=n, cached=(live.cached or 0) if live else 0),

@@ -93,6 +93,9 @@ class _Common(_Strict):
     response_format: Optional[dict[str, Any]] = None
     grammar: Optional[StrictStr] = None
     json_schema: Optional[dict[str, Any]] = None
+    # benchmarks' length controls: llama.cpp's ignore_eos, vLLM's min_tokens (GenConfig)
+    ignore_eos: Optional[StrictBool] = None
+    min_tokens: Optional[StrictInt] = None
 
 
 class ChatRequest(_Common):
@@ -213,6 +216,7 @@ def settings_of(req: _Common, base: dict) -> dict:
         raise RequestError(str(exc), param=exc.param if exc.param in chosen else None, code="invalid_value") from None
     if req.rule is None and resolved["seed"] is not None and resolved["temperature"] > 0:
         resolved["rule"] = Rule.COUPLED  # a seed holds whatever the speculation (coupled.py)
+    resolved.update(ignore_eos=bool(req.ignore_eos), min_tokens=req.min_tokens or 0)
     return resolved
 
 

@@ -112,7 +112,8 @@ def to_config(s: Mapping[str, Any], speculative: Optional[bool] = None) -> GenCo
                               repeat_penalty=s["repeat_penalty"], repeat_last_n=s["repeat_last_n"], seed=s["seed"])
     cfg = GenConfig(max_tokens=s["max_tokens"], sampler=sampler,
                     speculative=s["speculative"] if speculative is None else speculative,
-                    proposer=s["proposer"], k=s["k"], k_max=s["k_max"], p_min=s["p_min"], rule=s["rule"])
+                    proposer=s["proposer"], k=s["k"], k_max=s["k_max"], p_min=s["p_min"], rule=s["rule"],
+                    ignore_eos=s.get("ignore_eos", False), min_tokens=s.get("min_tokens", 0))  # (the API's alone)
     try:
         return cfg.validate()
     except ValueError as exc:

@@ -16,6 +16,7 @@ from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN,
 from app.engine.loop import GenConfig, generate
 from app.engine.drafters.lookup import PromptLookupProposer
 from app.engine.drafters.protocol import Draft, ProposerBase
+from app.engine.decoding.grammar import GrammarSpec
 from app.engine.decoding.sampling import SamplerSettings
 
 from support.fake_target import FakeTarget
@@ -105,6 +106,25 @@ def test_an_end_of_generation_token_ends_with_the_eog_reason(speculative):
                           ScriptedProposer(64)))
     assert done.reason == "eog"
     assert list(done.tokens) == list(range(4, 10))  # up to, not including, the EOG token
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+@pytest.mark.parametrize("sampler", [GREEDY, SamplerSettings(temperature=0.8, seed=2)])
+def test_ignore_eos_and_min_tokens_hold_the_end_off(speculative, sampler):
+    # the fake's EOG token 10 follows 9: ignore_eos never chooses it (the reply runs to max_tokens), min_tokens
+    # only before its count; a grammar decides the end itself, so neither joins one
+    cfg = dict(max_tokens=12, sampler=sampler, k=4, speculative=speculative)
+    done = done_of(events(FakeTarget(eog=10), GenConfig(**cfg, ignore_eos=True), ScriptedProposer(64)))
+    assert done.reason == "max_tokens" and len(done.tokens) == 12 and 10 not in done.tokens
+    done = done_of(events(FakeTarget(eog=10), GenConfig(**cfg, min_tokens=8), ScriptedProposer(64)))
+    assert len(done.tokens) >= 8 and 10 not in done.tokens
+    plain = done_of(events(FakeTarget(eog=10), GenConfig(**cfg, min_tokens=3), ScriptedProposer(64)))
+    if sampler is GREEDY:
+        assert plain.reason == "eog" and list(plain.tokens) == list(range(4, 10))  # already met: no change
+    with pytest.raises(ValueError, match="min_tokens"):
+        GenConfig(max_tokens=4, min_tokens=5).validate()
+    with pytest.raises(ValueError, match="ignore_eos"):
+        GenConfig(ignore_eos=True, grammar=GrammarSpec.json_object()).validate()
 
 
 def test_a_draft_is_cut_after_its_end_of_generation_token():
