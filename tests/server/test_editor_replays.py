@@ -118,6 +118,7 @@ def test_llama_vscode_infill_warm_up_then_completion(served):
         assert (prompt, nindent) == ("    return fib", 4)
         reply = http.post("/infill", content=json.dumps(vscode_infill(False, prefix, suffix, [chunk], prompt, nindent)))
     assert reply.status_code == 200, reply.text
+    assert "n_cmpl" in reply.headers["x-tandem-ignored"]  # one completion comes back, not three (docs/api.md)
     data = reply.json()
     (suggestion,) = set(vscode_suggestion(data))
     first = suggestion.split("\n")[0]

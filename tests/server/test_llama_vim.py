@@ -11,6 +11,7 @@ move sends ``/infill`` (``llama#fim``: the 256 lines above as ``input_prefix``, 
 a position, ``response_fields`` with ``content``, ``timings/…``, ``truncated``, ``tokens_cached``), through curl
 in a vim job; the reply is used only if it matches ``"content"\\s*:"`` (compact JSON) and parses
 (``s:fim_on_response``); the suggestion shows as virtual text and Tab accepts it (``llama#fim_accept``).
+The plugin is configured with the line docs/api.md gives ("Code completion in editors").
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import ast
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
 from support.asgi_record import Recorder
 from support.llama_vim import CURL, ESC, TAB, VIM, VimSession
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not (VIM and CURL), reason="needs vim and curl")
 
 CODE = "def fibonacci(n):\n    if n < 2:\n        return n\n\n\ndef main():\n    print(fibonacci(10))\n"
@@ -40,6 +43,14 @@ def served(coder_pair):
     api.close()
 
 
+def docs_config(url: str) -> str:
+    """docs/api.md's llama.vim line ("Code completion in editors"), as written but for the server's address."""
+    lines = [ln.strip() for ln in (ROOT / "docs" / "api.md").read_text(encoding="utf-8").splitlines()
+             if ln.strip().startswith("let g:llama_config")]
+    assert len(lines) == 1 and "http://127.0.0.1:8080/" in lines[0], lines
+    return lines[0].replace("http://127.0.0.1:8080/", url)
+
+
 def infills(served) -> list[dict]:
     return [s.json() for s in served.app.seen("/infill") if s.status == 200]
 
@@ -47,7 +58,7 @@ def infills(served) -> list[dict]:
 def test_llama_vim_gets_a_suggestion_from_infill_and_tab_accepts_it(served, tmp_path):
     code = tmp_path / "fib.py"
     code.write_text(CODE, encoding="utf-8")
-    vim = VimSession(served.url + "infill", code, tmp_path)
+    vim = VimSession(docs_config(served.url), code, tmp_path)
     try:
         vim.wait_event("started", 60)
         # normal mode: the ring buffer's warm-up reads this file's chunk into the server ahead of the first request

@@ -35,7 +35,7 @@ set nocompatible
 let &runtimepath = '{plugin},' .. $VIMRUNTIME
 set noswapfile nobackup nowritebackup nomore shortmess+=I ttimeoutlen=10 t_RV= t_u7=
 set noloadplugins
-let g:llama_config = {{'endpoint_fim': '{endpoint}'}}
+{config}
 " llama.vim warns that it wants vim 9.1 (Debian 12 has 9.0): kept in the messages, not a hit-enter prompt
 silent runtime plugin/llama.vim
 let g:probe_log = '{log}'
@@ -60,13 +60,14 @@ autocmd VimLeavePre * call writefile(['messages:'] + split(execute('messages'), 
 
 
 class VimSession:
-    """vim with llama.vim pointed at ``endpoint`` (llama.cpp's ``/infill`` URL), editing ``path``."""
+    """vim with llama.vim configured by ``config`` (a vimrc line, ``let g:llama_config = {...}``), editing
+    ``path``."""
 
-    def __init__(self, endpoint: str, path: Path, workdir: Path, rows: int = 40, cols: int = 120):
+    def __init__(self, config: str, path: Path, workdir: Path, rows: int = 40, cols: int = 120):
         assert VIM and CURL, "needs vim (with +job +timers +channel) and curl"
         self.log = workdir / "probe.log"
         vimrc = workdir / "vimrc"
-        vimrc.write_text(VIMRC.format(plugin=PLUGIN, endpoint=endpoint, log=self.log), encoding="utf-8")
+        vimrc.write_text(VIMRC.format(plugin=PLUGIN, config=config, log=self.log), encoding="utf-8")
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = dict(os.environ, TERM="xterm", HOME=str(workdir))
