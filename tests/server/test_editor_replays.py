@@ -40,7 +40,8 @@ openai = pytest.importorskip("openai")
 # the 0.5B fills this one in both layouts, llama.cpp's repo-level one (/infill) and the plain one a client writes
 # into a prompt, with the cursor after "    return fib"; (a cursor after "    return n" gets "\n": the model ends
 # the line there)
-FIBONACCI = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fib\n\n\ndef main():\n    print(fibonacci(10))\n"
+FIBONACCI = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fib\n"
+             "\n\ndef main():\n    print(fibonacci(10))\n")
 TEST_CHUNK = "from fib import fibonacci\n\n\ndef test_fibonacci():\n    assert fibonacci(10) == 55\n"  # another file
 
 

@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 
 from support.asgi_record import Recorder
-from support.llama_vim import CURL, ESC, TAB, VIM, VimSession
+from support.llama_vim import ESC, TAB, VimSession, missing
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(not (VIM and CURL), reason="needs vim and curl")
+WHY_NOT = missing()
+pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
 
 CODE = "def fibonacci(n):\n    if n < 2:\n        return n\n\n\ndef main():\n    print(fibonacci(10))\n"
 TYPED = "    return fib"  # typed on a new line after line 3 (the 0.5B completes it: test_editor_replays)

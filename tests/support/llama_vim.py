@@ -25,6 +25,16 @@ from typing import Callable
 PLUGIN = Path(__file__).parent / "editors" / "llama.vim"
 VIM = shutil.which("vim")
 CURL = shutil.which("curl")
+FEATURES = ("+job", "+timers", "+channel", "+textprop")  # what llama.vim uses in vim (not in a tiny build)
+
+
+def missing() -> str:
+    """Why llama.vim cannot run here ("" when it can)."""
+    if not (VIM and CURL):
+        return "needs vim and curl"
+    version = subprocess.run([VIM, "--version"], capture_output=True, text=True, timeout=30).stdout
+    lacking = [f for f in FEATURES if f not in version.split()]
+    return f"this vim lacks {', '.join(lacking)}" if lacking else ""
 TAB, ESC = "\t", "\x1b"
 
 # Only llama.vim and vim's own runtime; no user vimrc, viminfo or swap files. The probe writes "started" once,
