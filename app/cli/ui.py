@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     from app.lab.stores import check_stores
     from app.server import guard
-    from app.server.openai_api import ROUTES, mount
+    from app.server.routes import ROUTES, mount
     from app.server.serve import header_deadline_by_default
     from app.ui.app import serve
 

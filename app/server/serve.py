@@ -13,7 +13,8 @@ from fastapi import FastAPI
 
 from app.engine.remote.rpc import LOOPBACK
 from app.server import guard as G
-from app.server.openai_api import OpenAIApi, mount, openai_errors
+from app.server.openai_api import OpenAIApi, openai_errors
+from app.server.routes import mount
 from app.service.loading import app_state, say, startup_pair
 from app.service.ports import port_is_free
 from app.service.state import AppState
@@ -136,7 +137,8 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
     shown = "127.0.0.1" if host == "localhost" else host
     if host not in LOOPBACK:
         say(f"WARNING: serving on {host} — reachable from other machines; every request needs the API key.")
-    say(f"OpenAI-compatible API on http://{shown}:{port}/v1  (metrics: /metrics; Ctrl+C to quit)")
+    say(f"OpenAI-compatible API on http://{shown}:{port}/v1, Ollama's on http://{shown}:{port}/api  "
+        "(metrics: /metrics; Ctrl+C to quit)")
     try:
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, http=_protocol(),
                                 timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=GRACE_S)
