@@ -146,3 +146,19 @@ def test_the_guard_refuses_a_forged_host(api):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=30)
         assert err.value.code == 403 and "evil.example" in json.loads(err.value.read())["error"]
+
+
+def test_the_apps_own_server_answers_ollama_too():
+    """The app (launcher.py, Gradio) mounts the same routes beside /v1: tags and a chat through the client, and its
+    page guard lets a forged Host reach no route."""
+    from support.ui_server import app_url
+
+    url = app_url().rstrip("/")
+    client = ollama.Client(host=url, timeout=300)
+    assert [m.model for m in client.list().models] == ["demo-smollm2:latest"]
+    out = client.chat(model="demo-smollm2", messages=ASK, options={"temperature": 0, "num_predict": 8})
+    assert out.done and out.message.content
+    req = urllib.request.Request(url + "/api/tags", headers={"Host": "evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 403
