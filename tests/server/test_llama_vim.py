@@ -72,7 +72,7 @@ def test_llama_vim_gets_a_suggestion_from_infill_and_tab_accepts_it(served, tmp_
         vim.wait_event("shown", 300)
         n = len(vim.events())
         vim.type(TAB)
-        accepted = vim.wait_event("line ", 30, after=n)[len("line "):]
+        vim.wait_event("line ", 30, after=n)  # the suggestion went into the buffer
         vim.type(ESC)
         time.sleep(0.5)  # vim tells Esc from the start of an escape sequence by waiting (ttimeoutlen)
         vim.type(":wq\r")
@@ -82,11 +82,12 @@ def test_llama_vim_gets_a_suggestion_from_infill_and_tab_accepts_it(served, tmp_
         vim.close()
 
     lines = code.read_text(encoding="utf-8").split("\n")
-    assert lines[3] == accepted and accepted.startswith(TYPED) and len(accepted) > len(TYPED), vim.report()
+    accepted = lines[3]
+    assert accepted.startswith(TYPED) and len(accepted) > len(TYPED), vim.report()
     assert re.search(r"fibonacci\(n\s*-\s*1\)", accepted), accepted
     ast.parse("\n".join(lines))  # the file is still Python
-    asked = [r for r in infills(served) if r.get("n_predict")]
-    first = asked[0]
+    # (a request may also have gone out for the line half typed, had the keys reached vim in two reads)
+    first = next(r for r in infills(served) if r.get("n_predict") and r["prompt"] == TYPED)
     assert first["prompt"] == TYPED and first["n_indent"] == 4 and first["t_max_predict_ms"] == 250
     assert first["input_prefix"] == "def fibonacci(n):\n    if n < 2:\n        return n\n"
     assert "content" in first["response_fields"] and json.dumps(first["samplers"]) == '["top_k", "top_p", "infill"]'
