@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma list of draft ids/file names and 'lookup', or all (every installed compatible model)")
     p.add_argument("--k", type=_ks, default=None, help="K values: 1,2,4,8 or 1-12, 'auto' allowed "
                                                        "(default: 2,4,8 with --quick, else 1-4,6,8,auto)")
-    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math, edit, or a comma list")
+    p.add_argument("--suite", default="all", help="built-in suite category: all, code, chat, summarize, math, edit, "
+                                                  "or a comma list; fim: editors' completion requests (alone)")
     p.add_argument("--prompts-file", help='JSON lines: {"prompt": …} or {"messages": […]}, optional "category"')
     p.add_argument("--max-tokens", type=limit("max_tokens"), default=None, help="tokens per run (default: 32 quick, 128 full)")
     p.add_argument("--temperature", type=limit("temperature"), default=0.0)
