@@ -5,7 +5,7 @@ request and its non-OpenAI response: one JSON object, or SSE ``data: {...}`` chu
 The prompt is laid out as llama.cpp's ``format_prompt_infill`` lays it out (``fim.infill_tokens``) and runs through
 the same runner as ``/v1/completions``: the generation lock, the stop switch when the client goes away, the
 statistics, the KV cache kept from the previous request (``timings.cache_n``). The completion ends by llama.cpp's
-rules (``infill_rules``). ``n_predict: 0`` (llama.vim's warm-up on every cursor move) only reads the prompt into
+rules (``infill_rules``). ``n_predict: 0`` (llama.vim's warm-up of its ring-buffer chunks) only reads the prompt into
 the cache and answers at once. ``/v1/completions`` with a ``suffix`` builds the same prompt (:func:`fim_prompt`).
 """
 
