@@ -80,7 +80,10 @@ def format_requests(r: RequestBenchResult) -> str:
         for mm in m.mismatches:
             why = "a near-tie, which kernels may round either way" if mm["near_tie"] else "not a near-tie: a fault"
             lines.append(f"    {mm['prompt']} at token {mm['position']} (top-1/top-2 logit gap {mm['gap']:.3g}: "
-                         f"{why})")
+                         f"{why}); {mm['tokens']} tokens against plain's {mm['plain_tokens']}")
+        if m.other_lengths:
+            lines.append(f"  {len(m.other_lengths)} of them wrote a completion of another length: their times (in "
+                         "p50_ratio too) compare different texts, not speculation")
     if r.partial:
         lines.append("partial: cancelled before every request ran")
     return "\n".join(lines)

@@ -118,6 +118,7 @@ class ModeRow:
 
     median_s: float
     ttft_s: Optional[float]
+    tokens: int  # the first run's completion (it differs from plain's only where a near-tie or a fault parted them)
     speedup: Optional[float]  # plain median / this median
     slow: bool
     acceptance_rate: float
@@ -181,10 +182,15 @@ class ModeSummary:
     lookup_share: Optional[float]
     paused: Optional[float]
     identical: bool
-    mismatches: list  # {"prompt", "position", "gap", "near_tie"}
+    mismatches: list  # {"prompt", "position", "gap", "near_tie", "plain_tokens", "tokens"}
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), times=self.times.to_dict())
+
+    @property
+    def other_lengths(self) -> list:
+        """The mismatches whose completion has another length than plain's: their times compare other texts."""
+        return [m for m in self.mismatches if m["tokens"] != m["plain_tokens"]]
 
 
 @dataclass(frozen=True)
@@ -226,7 +232,8 @@ def _mode_row(pair: Pair, tokens: list[int], plain: list[Request], runs: list[Re
         if mismatch is not None:
             mismatch["near_tie"] = mismatch["gap"] < NEAR_TIE
     ttfts = [r.ttft_s for r in runs if r.ttft_s is not None]
-    return ModeRow(median_s=med, ttft_s=statistics.median(ttfts) if ttfts else None, speedup=speedup,
+    return ModeRow(median_s=med, ttft_s=statistics.median(ttfts) if ttfts else None, tokens=len(runs[0].tokens),
+                   speedup=speedup,
                    slow=speedup is not None and speedup < SLOW, acceptance_rate=s.acceptance_rate,
                    mean_accepted=s.mean_accepted, drafted=s.drafted, accepted=s.accepted,
                    lookup_drafted=s.lookup_drafted, lookup_accepted=s.lookup_accepted, paused=s.paused_share,
@@ -237,6 +244,7 @@ def _mode_row(pair: Pair, tokens: list[int], plain: list[Request], runs: list[Re
 def summarize(name: str, rows: Sequence[PromptRow], plain: Times, requests: Sequence[Request]) -> ModeSummary:
     t = times(requests)
     mine = {r.id: r.modes[name] for r in rows if name in r.modes}
+    plain_tokens = {r.id: r.tokens for r in rows}
     s = pool([m.pooled for m in mine.values()])
     speedups = [m.speedup for m in mine.values() if m.speedup is not None]
     return ModeSummary(
@@ -247,7 +255,8 @@ def summarize(name: str, rows: Sequence[PromptRow], plain: Times, requests: Sequ
         slow=slow_prompts({pid: m.speedup for pid, m in mine.items()}),
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, lookup_share=s.lookup_share,
         paused=s.paused_share, identical=all(m.identical for m in mine.values()),
-        mismatches=[{"prompt": pid, **m.mismatch} for pid, m in mine.items() if m.mismatch])
+        mismatches=[{"prompt": pid, **m.mismatch, "plain_tokens": plain_tokens[pid], "tokens": m.tokens}
+                    for pid, m in mine.items() if m.mismatch])
 
 
 # --- the run ----------------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ speedups and the prompts flagged below 0.97x."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.engine.summary import Summary
@@ -35,7 +37,7 @@ def req(total: float, ttft: float) -> Request:
 
 
 def row(pid: str, plain: float, spec: float) -> PromptRow:
-    mode = ModeRow(median_s=spec, ttft_s=1.0, speedup=plain / spec, slow=plain / spec < SLOW, acceptance_rate=0.5,
+    mode = ModeRow(median_s=spec, ttft_s=1.0, tokens=2, speedup=plain / spec, slow=plain / spec < SLOW, acceptance_rate=0.5,
                    mean_accepted=1.5, drafted=0, accepted=0, lookup_drafted=0, lookup_accepted=0, paused=None,
                    t_draft_s=0.0, t_verify_s=0.0, identical=True, mismatch=None, runs_s=[spec], steps=[])
     return PromptRow(id=pid, category="fim", prompt="", prompt_tokens=10, tokens=2, plain_s=plain, plain_ttft_s=1.0,
@@ -50,4 +52,14 @@ def test_a_mode_summary_gives_p50_ratio_and_the_slow_prompts():
     assert s.p95_ratio == pytest.approx(s.times.p95_s / plain.p95_s)
     assert s.min_speedup == pytest.approx(20.0 / 21.0) and s.slow == ["b"]
     assert s.median_speedup == pytest.approx(1.25) and s.identical and not s.mismatches
-    assert s.to_dict()["times"]["p50_s"] == 15.0
+    assert s.to_dict()["times"]["p50_s"] == 15.0 and s.other_lengths == []
+
+
+def test_a_parted_completion_of_another_length_is_named():
+    rows = [row("a", 10.0, 8.0), row("b", 20.0, 5.0)]
+    parted = replace(rows[1].modes["auto"], identical=False, mismatch={"position": 9, "gap": 0.004, "near_tie": True})
+    rows[1] = replace(rows[1], tokens=128, modes={"auto": parted})
+    s = summarize("auto", rows, times([req(10.0, 1.0), req(20.0, 1.0)]), [req(8.0, 1.0), req(5.0, 1.0)])
+    assert not s.identical and s.mismatches == [{"prompt": "b", "position": 9, "gap": 0.004, "near_tie": True,
+                                                 "plain_tokens": 128, "tokens": 2}]
+    assert [m["prompt"] for m in s.other_lengths] == ["b"]
