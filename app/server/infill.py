@@ -30,7 +30,7 @@ from app.errors import TandemError, api_error, ui_message
 from app.server import infill_schema as IS, openai_format as F, openai_schema as schema
 from app.server.infill_rules import InfillCut, Rules, StopType, SuffixStop
 from app.server.guard import Guard
-from app.server.openai_run import Run, SseStream
+from app.server.openai_run import Run, RunStream
 from app.service import settings as S
 from app.service.metrics import Metrics
 from app.service.state import AppState
@@ -277,14 +277,10 @@ async def handle(api: Api, request: Request) -> Response:
         headers = {"x-tandem-ignored": ", ".join(names)[:2000]} if names else {}
         if reply.req.stream:
             streaming = True
-            return SseStream(run, _events(reply), on_end=record, headers=headers)
-        while await run.pull():
-            run.piece()
-            if await request.is_disconnected():
-                run.close()
-                status = 499
-                return Response(status_code=499)
-        run.piece()
+            return RunStream(run, _events(reply), on_end=record, headers=headers)
+        if not await run.drain(request):
+            status = 499
+            return Response(status_code=499)
         return JSONResponse(reply.final(stream=False), headers=headers)
     except schema.RequestError as exc:
         status = exc.status

@@ -14,7 +14,7 @@ prompt into the cache), ``n_indent``, ``t_max_predict_ms``, ``stop``, ``stream``
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -34,7 +34,7 @@ class ExtraChunk(schema._Strict):
     filename: Optional[StrictStr] = None
 
 
-class InfillRequest(schema._Strict):
+class InfillRequest(schema.TandemSettings):
     input_prefix: StrictStr
     input_suffix: StrictStr
     input_extra: list[ExtraChunk] = Field(default_factory=list)
@@ -53,15 +53,6 @@ class InfillRequest(schema._Strict):
     temperature: Optional[Number] = None
     top_p: Optional[Number] = None
     seed: Optional[StrictInt] = None
-    speculative: Optional[StrictBool] = None
-    proposer: Optional[Literal["auto", "draft", "lookup", "mtp"]] = None
-    k: Union[StrictInt, Literal["auto"], None] = None
-    k_max: Optional[StrictInt] = None
-    p_min: Optional[Number] = None
-    rule: Optional[Literal["rejection", "match", "coupled"]] = None
-    top_k: Optional[StrictInt] = None
-    min_p: Optional[Number] = None
-    repeat_penalty: Optional[Number] = None
 
     @property
     def chunks(self) -> list[Chunk]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from app.chat.toolparse import ContentDelta, Delta, ToolCallDelta
 from app.engine.errors import TandemError
@@ -26,7 +26,7 @@ from app.errors import api_error, ui_message
 from app.models import library
 from app.server import ollama_format as O
 from app.server.openai_api import IGNORED_HEADER, OpenAIApi
-from app.server.openai_run import Run
+from app.server.openai_run import Run, RunStream
 from app.server.openai_schema import RequestError
 
 ROUTES = {"/api/version": ("GET",), "/api/tags": ("GET",), "/api/ps": ("GET",), "/api/show": ("POST",),
@@ -175,14 +175,11 @@ class OllamaApi:
                 return Response(status_code=499)
             if body.stream is not False:
                 streaming = True
-                return _Stream(run, self._lines(run, endpoint, base, t0), on_end=record, headers=headers)
-            while await run.pull():
-                run.piece()
-                if await request.is_disconnected():
-                    run.close()
-                    status = 499
-                    return Response(status_code=499)
-            run.piece()
+                return RunStream(run, self._lines(run, endpoint, base, t0), on_end=record, headers=headers,
+                                 media_type=NDJSON)
+            if not await run.drain(request):
+                status = 499
+                return Response(status_code=499)
             reply = run.parsed()
             calls = [O.call_json(i, c) for i, c in enumerate(reply.tool_calls)]
             first = O.chat_chunk(base["model"], reply.content, calls) if endpoint == "chat" \
@@ -263,19 +260,6 @@ def _same(path: str, target: Path) -> bool:
         return False
 
 
-class _Stream(StreamingResponse):
-    """NDJSON that stops its generation however the response ends (done, error, client gone)."""
-
-    def __init__(self, run: Run, content: AsyncIterator[str], on_end: Any, headers: dict):
-        super().__init__(content, media_type=NDJSON, headers={"Cache-Control": "no-cache", **headers})
-        self.run, self.on_end = run, on_end
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.run.close()
-            self.on_end()
 
 
 def mount(app: FastAPI, api: OpenAIApi) -> OllamaApi:

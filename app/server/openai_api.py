@@ -26,7 +26,7 @@ from app.engine import limits
 from app.server import openai_format as F, openai_schema as schema, openai_tools as T
 from app.server import infill
 from app.server.infill_rules import Rules, SuffixStop
-from app.server.openai_run import Run, SseStream
+from app.server.openai_run import Run, RunStream
 from app.server.guard import Guard
 from app.service import settings as S
 from app.service.metrics import CONTENT_TYPE, Metrics
@@ -205,14 +205,10 @@ class OpenAIApi:
             if req.stream:
                 include_usage = bool(req.stream_options and req.stream_options.include_usage)
                 streaming = True
-                return SseStream(run, _events(run, env, include_usage), on_end=record, headers=headers)
-            while await run.pull():
-                run.piece()
-                if await request.is_disconnected():
-                    run.close()
-                    status = 499
-                    return Response(status_code=499)
-            run.piece()
+                return RunStream(run, _events(run, env, include_usage), on_end=record, headers=headers)
+            if not await run.drain(request):
+                status = 499
+                return Response(status_code=499)
             reply = run.parsed()
             content = reply.content if reply.content or not reply.tool_calls else None
             return JSONResponse(env.response(content, run.finish_reason(), logprobs=run.logprobs(kind, final=True),

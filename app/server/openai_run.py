@@ -96,6 +96,17 @@ class Run:
                 return False
         return True
 
+    async def drain(self, request: Request) -> bool:
+        """Pull the generation to its end, releasing text as it goes (a whole, unstreamed response); False, the
+        generation stopped, if the client went away meanwhile."""
+        while await self.pull():
+            self.piece()
+            if await request.is_disconnected():
+                self.close()
+                return False
+        self.piece()
+        return True
+
     def piece(self) -> str:
         """Newly releasable text (held back while it could still become a stop string)."""
         text = self.live.text if self.live else ""
@@ -216,11 +227,13 @@ def _engine_error(live: Live, grammar_param: str) -> schema.RequestError:
                                param=param)
 
 
-class SseStream(StreamingResponse):
-    """An SSE response that stops its generation however the response ends (done, error, client gone)."""
+class RunStream(StreamingResponse):
+    """A streamed response (SSE by default; Ollama's NDJSON) that stops its generation however the response ends
+    (done, error, client gone)."""
 
-    def __init__(self, run: Run, content: AsyncIterator[str], on_end: Callable[[], None], headers: dict):
-        super().__init__(content, media_type="text/event-stream",
+    def __init__(self, run: Run, content: AsyncIterator[str], on_end: Callable[[], None], headers: dict,
+                 media_type: str = "text/event-stream"):
+        super().__init__(content, media_type=media_type,
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
         self.run, self.on_end = run, on_end
 

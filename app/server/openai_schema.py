@@ -66,7 +66,22 @@ class Message(_Strict):
     tool_call_id: Optional[StrictStr] = None  # a tool result: the call it answers
 
 
-class _Common(_Strict):
+class TandemSettings(_Strict):
+    """Tandem's speculative settings (the /chat names) and llama.cpp's sampling extras, on every generating
+    route (the OpenAI ones and /infill)."""
+
+    speculative: Optional[StrictBool] = None
+    proposer: Optional[Literal["auto", "draft", "lookup", "mtp"]] = None
+    k: Union[StrictInt, Literal["auto"], None] = None
+    k_max: Optional[StrictInt] = None
+    p_min: Optional[Number] = None
+    rule: Optional[Literal["rejection", "match", "coupled"]] = None
+    top_k: Optional[StrictInt] = None
+    min_p: Optional[Number] = None
+    repeat_penalty: Optional[Number] = None
+
+
+class _Common(TandemSettings):
     model: Optional[StrictStr] = None
     max_tokens: Optional[StrictInt] = None
     temperature: Optional[Number] = None
@@ -79,16 +94,6 @@ class _Common(_Strict):
     user: Optional[StrictStr] = None
     frequency_penalty: Optional[Number] = None
     presence_penalty: Optional[Number] = None
-    # Tandem's speculative settings (the /chat names) and llama.cpp's sampling extras
-    speculative: Optional[StrictBool] = None
-    proposer: Optional[Literal["auto", "draft", "lookup", "mtp"]] = None
-    k: Union[StrictInt, Literal["auto"], None] = None
-    k_max: Optional[StrictInt] = None
-    p_min: Optional[Number] = None
-    rule: Optional[Literal["rejection", "match", "coupled"]] = None
-    top_k: Optional[StrictInt] = None
-    min_p: Optional[Number] = None
-    repeat_penalty: Optional[Number] = None
     # structured output: OpenAI's response_format and llama.cpp's grammar / json_schema (structured.py)
     response_format: Optional[dict[str, Any]] = None
     grammar: Optional[StrictStr] = None
