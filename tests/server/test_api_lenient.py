@@ -18,10 +18,10 @@ def test_unknown_fields_are_ignored_and_named(api):
     client = api.client()
     raw = client.chat.completions.with_raw_response.create(
         model="demo-smollm2", messages=ASK, max_tokens=3, temperature=0, metadata={"a": "b"}, store=False,
-        extra_body={"cache_prompt": True, "return_token_ids": True, "min_tokens": 1})
+        extra_body={"cache_prompt": True, "return_token_ids": True, "dry_multiplier": 0.0})
     assert raw.http_response.status_code == 200
     named = set(raw.headers["x-tandem-ignored"].split(", "))
-    assert {"metadata", "store", "cache_prompt", "return_token_ids", "min_tokens"} <= named
+    assert {"metadata", "store", "cache_prompt", "return_token_ids", "dry_multiplier"} <= named
     assert raw.parse().choices[0].message.content
     out = client.chat.completions.with_raw_response.create(model="x", messages=ASK, max_tokens=2, temperature=0)
     assert "x-tandem-ignored" not in out.headers  # nothing ignored, no header

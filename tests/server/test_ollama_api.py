@@ -59,13 +59,14 @@ def test_chat_streamed_and_not(api, client):
     assert whole.prompt_eval_count > 0 and whole.eval_duration > 0 and whole.total_duration >= whole.eval_duration
     parts = list(client.chat(model="demo-smollm2:latest", messages=ASK, stream=True,
                              options={"temperature": 0, "num_predict": 24}))
-    assert all(not p.done for p in parts[:-1]) and parts[-1].done and len(parts) > 2
+    # streamed: the text in pieces, then the final object (how many pieces depends on the machine's speed)
+    assert all(not p.done for p in parts[:-1]) and parts[-1].done and len(parts) >= 2
     assert "".join(p.message.content for p in parts) == whole.message.content
     assert parts[-1].eval_count == whole.eval_count
     status, headers, raw = _post(api, "/api/chat", {"model": "demo-smollm2", "messages": ASK,
                                                     "options": {"temperature": 0, "num_predict": 8}})
     lines = [json.loads(line) for line in raw.decode().splitlines()]  # Ollama streams unless told not to
-    assert status == 200 and headers["content-type"].startswith("application/x-ndjson") and len(lines) > 2
+    assert status == 200 and headers["content-type"].startswith("application/x-ndjson") and len(lines) >= 2
     tandem = lines[-1]["tandem"]  # Tandem's speculative figures beside Ollama's
     assert tandem["stats"]["speculative"] and "draft_n" in tandem["timings"]
 
