@@ -26,7 +26,6 @@ from app.engine.llama.backend import ContextFullError, Model
 from app.engine.llama.chunking import Cancel
 from app.engine.llama.vocab import detokenize
 from app.engine import limits
-from app.errors import TandemError, api_error, ui_message
 from app.server import infill_schema as IS, openai_format as F, openai_schema as schema
 from app.server.infill_rules import InfillCut, Rules, StopType, SuffixStop
 from app.server.guard import Guard
@@ -282,15 +281,10 @@ async def handle(api: Api, request: Request) -> Response:
             status = 499
             return Response(status_code=499)
         return JSONResponse(reply.final(stream=False), headers=headers)
-    except schema.RequestError as exc:
-        status = exc.status
-        return _error(exc)
-    except TandemError as exc:  # a refusal (no FIM tokens: 501) or a limit, found before any work
-        status, type_, code = api_error(exc)
-        return _error(schema.RequestError(str(exc), code=code, status=status, type_=type_, param=exc.param))
-    except Exception as exc:  # never a traceback for the client
-        status = 500
-        return _error(schema.RequestError(ui_message(exc), code="internal_error", status=500, type_="server_error"))
+    except Exception as exc:  # a refusal (no FIM tokens: 501), a limit, or a fault: one JSON error
+        err = schema.request_error(exc)
+        status = err.status
+        return _error(err)
     finally:
         if run is not None and not streaming:
             run.close()

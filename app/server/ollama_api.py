@@ -22,12 +22,11 @@ from fastapi.responses import JSONResponse, Response
 
 from app.chat.toolparse import ContentDelta, Delta, ToolCallDelta
 from app.engine.errors import TandemError
-from app.errors import api_error, ui_message
 from app.models import library
 from app.server import ollama_format as O
 from app.server.openai_api import IGNORED_HEADER, OpenAIApi
 from app.server.openai_run import Run, RunStream
-from app.server.openai_schema import RequestError
+from app.server.openai_schema import RequestError, request_error
 
 ROUTES = {"/api/version": ("GET",), "/api/tags": ("GET",), "/api/ps": ("GET",), "/api/show": ("POST",),
           "/api/chat": ("POST",), "/api/generate": ("POST",)}
@@ -132,10 +131,9 @@ class OllamaApi:
         try:
             body = O.parse(O.ShowBody, await self.api.guard.body(request))
             self._model(body.model or body.name or "")
-        except RequestError as exc:
-            return _error(str(exc), exc.status)
-        except TandemError as exc:  # the body too big
-            return _error(str(exc), api_error(exc)[0])
+        except TandemError as exc:  # a bad body, the body too big, an unknown model
+            err = request_error(exc)
+            return _error(str(err), err.status)
         pair = self.api.state.pair
         caps = ["completion", "tools"]  # a template that knows no tools gets llama.cpp's generic fallback
         if not pair.target.fim_tokens().missing():
@@ -186,15 +184,10 @@ class OllamaApi:
                 else O.generate_chunk(base["model"], run.text)
             first["created_at"] = base["created_at"]
             return JSONResponse(O.final(first, run.finish_reason(), run.extras(), t0), headers=headers)
-        except RequestError as exc:
-            status = exc.status
-            return _error(str(exc), exc.status)
-        except TandemError as exc:
-            status = api_error(exc)[0]
-            return _error(str(exc), status)
-        except Exception as exc:  # never a traceback for the client; the server keeps running
-            status = 500
-            return _error(ui_message(exc), 500)
+        except Exception as exc:  # a refusal, a limit, or a fault: Ollama's {"error": ...}, never a traceback
+            err = request_error(exc)
+            status = err.status
+            return _error(str(err), status)
         finally:
             if run is not None and not streaming:
                 run.close()

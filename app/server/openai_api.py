@@ -21,7 +21,6 @@ import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.errors import TandemError, api_error, ui_message
 from app.engine import limits
 from app.server import openai_format as F, openai_schema as schema, openai_tools as T
 from app.server import infill
@@ -213,16 +212,10 @@ class OpenAIApi:
             content = reply.content if reply.content or not reply.tool_calls else None
             return JSONResponse(env.response(content, run.finish_reason(), logprobs=run.logprobs(kind, final=True),
                                              tool_calls=reply.tool_calls, **run.extras()), headers=headers)
-        except schema.RequestError as exc:
-            status = exc.status
-            return _error(exc)
-        except TandemError as exc:  # a limit or refusal found before any work
-            status, type_, code = api_error(exc)
-            return _error(schema.RequestError(str(exc), code=code, status=status, type_=type_, param=exc.param))
-        except Exception as exc:  # never a traceback for the client; the server keeps running
-            status = 500
-            return _error(schema.RequestError(ui_message(exc), code="internal_error", status=500,
-                                              type_="server_error"))
+        except Exception as exc:  # a refusal, a limit found before any work, or a fault: one JSON error
+            err = schema.request_error(exc)
+            status = err.status
+            return _error(err)
         finally:
             if run is not None and not streaming:
                 run.close()

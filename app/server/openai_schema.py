@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.engine.errors import BadInput
+from app.errors import TandemError, api_error, ui_message
 from app.engine.decoding.logprobs import MAX_TOP
 from app.engine.names import Rule
 from app.service import chat, settings as S
@@ -32,6 +33,17 @@ class RequestError(BadInput, ValueError):
                  type_: str = "invalid_request_error"):
         super().__init__(message, param=param, status=status)
         self.code, self.type = code, type_  # OpenAI's code may be null
+
+
+def request_error(exc: Exception) -> RequestError:
+    """Whatever a route meets, as the error it answers with: a RequestError as it is, a TandemError with its own
+    status and code, anything else a 500 in plain words (never a traceback; the server keeps running)."""
+    if isinstance(exc, RequestError):
+        return exc
+    if isinstance(exc, TandemError):
+        status, type_, code = api_error(exc)
+        return RequestError(str(exc), code=code, status=status, type_=type_, param=exc.param)
+    return RequestError(ui_message(exc), code="internal_error", status=500, type_="server_error")
 
 
 class _Strict(BaseModel):
