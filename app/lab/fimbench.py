@@ -11,12 +11,13 @@ for; time to first token, to its first token. Greedy (so every speculative compl
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
+
+import numpy as np
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.llama.backend import ContextFullError
@@ -68,12 +69,7 @@ def request(pair: Pair, tokens: Sequence[int], cfg: GenConfig) -> Request:
 
 def percentile(values: Sequence[float], q: float) -> Optional[float]:
     """The q-th percentile, linear between the closest ranks (numpy's default); None for no values."""
-    xs = sorted(values)
-    if not xs:
-        return None
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    return float(np.percentile(values, q)) if len(values) else None
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
