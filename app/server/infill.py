@@ -5,8 +5,9 @@ request and its non-OpenAI response: one JSON object, or SSE ``data: {...}`` chu
 The prompt is laid out as llama.cpp's ``format_prompt_infill`` lays it out (``fim.infill_tokens``) and runs through
 the same runner as ``/v1/completions``: the generation lock, the stop switch when the client goes away, the
 statistics, the KV cache kept from the previous request (``timings.cache_n``). The completion ends by llama.cpp's
-rules (``infill_rules``). ``n_predict: 0`` (llama.vim's warm-up of its ring-buffer chunks) only reads the prompt into
-the cache and answers at once. ``/v1/completions`` with a ``suffix`` builds the same prompt (:func:`fim_prompt`).
+rules (``engine/decoding/infillcut.py``). ``n_predict: 0`` (llama.vim's warm-up of its ring-buffer chunks) only
+reads the prompt into the cache and answers at once. ``/v1/completions`` with a ``suffix`` builds the same prompt
+(:func:`fim_prompt`).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from app.engine.decoding.fim import Chunk, infill_tokens
+from app.engine.decoding.infillcut import InfillCut, Rules, StopType, SuffixStop
 from app.engine.events import StopReason
 from app.engine.llama.backend import ContextFullError, Model
 from app.engine.llama.chunking import Cancel
 from app.engine.llama.vocab import detokenize
 from app.engine import limits
 from app.server import infill_schema as IS, openai_format as F, openai_schema as schema
-from app.server.infill_rules import InfillCut, Rules, StopType, SuffixStop
 from app.server.guard import Guard
 from app.server.openai_run import Run, RunStream
 from app.service import settings as S

@@ -22,9 +22,9 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.engine import limits
+from app.engine.decoding.infillcut import Rules, SuffixStop
 from app.server import openai_format as F, openai_schema as schema, openai_tools as T
 from app.server import infill
-from app.server.infill_rules import Rules, SuffixStop
 from app.server.openai_run import Run, RunStream
 from app.server.guard import Guard
 from app.service import settings as S

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from app.engine.decoding.logprobs import TokenLogprob
+from app.engine.decoding.stops import find_stop, held_back
 from app.engine.events import StopReason
 from app.engine.summary import Summary
 from app.chat.toolcalls import ToolCall
@@ -25,23 +26,6 @@ STOP_REASON = {StopReason.EOG: "eosFound", "stop_string": "stopStringFound",
 
 
 # --- stop strings --------------------------------------------------------------------------------------------
-
-def find_stop(text: str, stops: Sequence[str], start: int = 0) -> Optional[int]:
-    """Index of the earliest stop string in ``text`` at or after ``start`` (None if there is none)."""
-    hits = [i for i in (text.find(s, start) for s in stops if s) if i >= 0]
-    return min(hits) if hits else None
-
-
-def held_back(text: str, stops: Sequence[str]) -> int:
-    """How many characters at the end of ``text`` could still become a stop string (not safe to send yet)."""
-    best = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:n]):
-                best = n
-                break
-    return best
-
 
 def tokens_through(pieces: Sequence[str], end: int) -> int:
     """How many tokens (by their text ``pieces``) it takes to produce the first ``end`` characters."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from app.engine.events import StrEnum
-from app.server.openai_format import find_stop, held_back
+from app.engine.decoding.stops import find_stop, held_back
 
 
 class StopType(StrEnum):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.server.infill_rules import InfillCut, Rules, StopType, SuffixStop
+from app.engine.decoding.infillcut import InfillCut, Rules, StopType, SuffixStop
 
 
 def run(pieces, rules: Rules, times=None, eog: bool = False) -> InfillCut:
