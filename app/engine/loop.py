@@ -142,8 +142,8 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
     gen = _Run.start(target, prompt, cfg, proposer if cfg.speculative else None, length)
     t0 = time.perf_counter()
     target.sync(prompt[:-1], need_logits=False)
-    if gen.spec is not None:
-        gen.spec.begin(prompt, warm=gen.length.warm)  # paused on a cost: the draft catches up only if drafting resumes
+    if gen.spec is not None:  # paused on a cost, or its reading could not pay: it catches up if drafting resumes
+        gen.spec.begin(prompt, warm=gen.length.warm and gen.reads)
     if on_prefill:
         on_prefill(time.perf_counter() - t0)
 
@@ -181,6 +181,7 @@ class _Run:
     track: Optional[GrammarTrack]  # the grammar the output must match
     noise: Optional[GumbelNoise]  # the coupled rule's noise
     mixes: bool  # the proposer chooses its drafter per step (duo.py): it may draft up to the controller's ceiling
+    reads: bool = True  # the draft reading the prompt can pay back in this generation (DraftLength.worth_reading)
     free: Optional[Proposer] = None  # prompt lookup for the controller's free probes
     tokens: list[int] = field(default_factory=list)  # the prompt and the reply so far
     stream: Utf8Stream = field(default_factory=Utf8Stream)
@@ -213,19 +214,23 @@ class _Run:
             seed = cfg.sampler.seed if cfg.sampler.seed is not None else int(rng.integers(2 ** 63))
             noise = GumbelNoise(seed)
         length = length or DraftLength(cfg.k, cfg.k_max)
-        length.begin()
+        reads = spec is None or length.worth_reading(spec.catch_up(prompt, length.t_d or 0.0)[1], cfg.max_tokens)
+        length.begin(retest=reads)
         if spec is not None:
-            if spec.retest_tokens:  # its acceptance was measured on another text: a pause on it is re-tested
+            if spec.retest_tokens and reads:  # its acceptance was measured on another text: a pause on it is re-tested
                 length.retest(spec.retest_tokens)
             spec.bind(length)  # a mixing proposer reads the controller
         return cls(target, prompt, cfg, spec, length, rng, reach, sample_draft, track, noise,
-                   mixes=spec is not None and spec.mixes, tokens=list(prompt))
+                   mixes=spec is not None and spec.mixes, reads=reads, tokens=list(prompt))
 
     def draft(self, room: int) -> tuple[int, Optional[Proposer], Draft]:
         """(the controller's draft limit, who drafted, the draft): cut where the grammar refuses a token and
         after an end-of-generation token."""
         spec, length, cfg = self.spec, self.length, self.cfg
         cap = min(cfg.max_tokens - self.emitted - 1, room - 1, self.reach or room) if spec is not None else 0
+        if spec is not None and cap > 0 and length.auto and length.reads:  # what the draft must read first, weighed against what is left
+            unread, seconds = spec.catch_up(self.tokens, length.t_d or 0.0)
+            length.hold(seconds, cfg.max_tokens - self.emitted, unread)
         k = min(length.k, cap)
         source = spec
         if k > 0 and length.free_probe and spec.name != ProposerName.LOOKUP:

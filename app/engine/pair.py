@@ -22,7 +22,8 @@ from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
 from app.engine.names import AUTO_K, ProposerName
 from app.engine.drafters.mtp import MtpHead, MtpProposer, mtp_reason
-from app.engine.drafters.duo import DuoProposer, ReadCostBook
+from app.engine.drafters.duo import DuoProposer
+from app.engine.drafters.readcost import ReadCostBook
 from app.engine.control.mix import LookupAcceptance
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.lookup import PromptLookupProposer
@@ -42,7 +43,7 @@ class Pair:
         self._lengths: dict[tuple, DraftLength] = {}  # auto-K controllers by (proposer, k_max): what they learnt
         self.lookup_index = SuffixIndex()  # what proposer "auto" has read since load: its lookup's memory
         self._lookup_acceptance = LookupAcceptance()  # how lookup proposals fared, by match length
-        self.read_costs = ReadCostBook()  # what each draft model was timed reading unseen history (duo.py)
+        self.read_costs = ReadCostBook()  # what each draft model was timed reading unseen history (readcost.py)
         if draft is not None:
             self.set_draft(draft)
 
@@ -111,12 +112,15 @@ class Pair:
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        model = (MtpProposer(self.draft, p_min=p_min) if isinstance(self.draft, AssistantModel)
-                 else DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share))
+        model: DraftModelProposer
+        if isinstance(self.draft, AssistantModel):
+            model = MtpProposer(self.draft, p_min=p_min, costs=self.read_costs.of(self.draft))
+        else:
+            costs = self.read_costs.of(self.draft, in_use(self.kv_share))
+            model = DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share, costs=costs)
         if kind != ProposerName.AUTO:
             return model
-        costs = self.read_costs.of(self.draft, in_use(model.share))
-        return DuoProposer(model, self.lookup_index, self._lookup_acceptance, costs)
+        return DuoProposer(model, self.lookup_index, self._lookup_acceptance)
 
     def mtp_head(self) -> MtpHead:
         """The target's MTP head (its own context, made once); MtpUnavailable says why there is none."""

@@ -206,11 +206,14 @@ def test_greedy_speculative_equals_plain_on_the_fake():
 class ResumingLength:
     """A draft-length policy that starts paused and resumes drafting (K = 4) after its first step."""
 
-    paused, probing, free_probe, k, wake, warm = True, False, False, 0, 0, False
+    paused, probing, free_probe, k, wake, warm, auto, t_d = True, False, False, 0, 0, False, False, None
     WHY = "drafting was measured to lose"
 
-    def begin(self) -> None:
+    def begin(self, retest: bool = True) -> None:
         pass
+
+    def worth_reading(self, seconds: float, tokens: int) -> bool:
+        return True
 
     def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0, free=0, tail=0) -> None:
         self.paused, self.k = False, 4
@@ -240,3 +243,37 @@ def test_a_confirmed_pause_on_lookups_acceptance_is_retested_by_the_next_generat
     steps = [ev for ev in generate(FakeTarget(), prompt, GenConfig(max_tokens=4, sampler=GREEDY, k="auto"),
                                    PromptLookupProposer(), length=length) if isinstance(ev, StepEvent)]
     assert steps[0].probe and steps[0].drafted > 0 and not length.paused  # the repeat was kept: it drafts again
+
+
+class ReadingProposer(ScriptedProposer):
+    """A scripted draft that must read what it has not seen, at ``per_token`` seconds a token, and whose pause on
+    acceptance is re-tested at each generation's start (as the combined drafter's)."""
+
+    retest_tokens = 1
+
+    def __init__(self, vocab: int, per_token: float):
+        super().__init__(vocab)
+        self.per_token, self.warmed = per_token, None
+
+    def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
+        super().begin(prompt, warm)
+        self.warmed = warm
+
+    def catch_up(self, history, t_d: float) -> tuple[int, float]:
+        return len(history), len(history) * self.per_token
+
+
+def test_a_paused_draft_neither_reads_nor_retests_a_long_prompt_that_the_reply_cannot_pay_back():
+    """A code completion: a long prompt, a short reply, a draft paused on acceptance. Re-testing the pause would
+    make the draft read the whole prompt first; where that costs more than drafting could save in the reply,
+    the draft is not warmed and not re-tested (it was: 2.5–4 s a request on one CPU thread, for 4 drafted tokens)."""
+    target = FakeTarget(n_ctx=512)
+    prompt = [1 + i % 60 for i in range(200)]
+    cfg = GenConfig(max_tokens=8, sampler=GREEDY, k="auto")
+    for per_token, reads in ((10.0, False), (1e-9, True)):  # (seconds: the Sim's timings are in seconds too)
+        length = Sim(0.25, t_draft=0.4, a=1.0, b=0.1).run(auto(), 300)  # paused on acceptance, confirmed
+        proposer = ReadingProposer(target.n_vocab, per_token)
+        steps = [e for e in generate(target, prompt, cfg, proposer, length=length) if isinstance(e, StepEvent)]
+        assert proposer.warmed is reads and steps[0].probe is reads, per_token
+        if not reads:  # (a load change may bring a free probe: prompt lookup, which reads nothing)
+            assert all(s.drafted == s.lookup and (s.paused or s.probe) for s in steps)

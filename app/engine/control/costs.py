@@ -155,8 +155,9 @@ class CostModel:
         return Seen(predicted, jump)
 
     def record_draft(self, per_token: float) -> None:
-        """Learn a draft token's seconds (nothing while the machine looks busy)."""
-        if per_token > 0 and not self.busy:
+        """Learn a draft token's seconds (nothing while the machine looks busy); 0 from a drafter with no model
+        to time (prompt lookup woken while paused: time_tokens)."""
+        if per_token >= 0 and not self.busy:
             self._td.append(per_token)
 
     def _add_pass(self, n: int, t: float) -> None:

@@ -27,8 +27,17 @@ re-measuring what the pause rests on (:class:`Culprit`):
 - where acceptance limits, the probe drafts with the real proposer.
 Probes of a confirmed pause cost under ``BUDGET`` of the paused time (what they cost beyond plain steps, a
 catch-up included, is counted). A pause resting on few probes or old ones is re-tested at the next generation.
+
+A draft model must read what it has not seen before it drafts: the prompt, at a generation's start, or the text
+lookup or plain steps wrote meanwhile. That reading is paid once, and only the tokens the generation may still
+write can pay it back: before a step that would draft with the real draft (drafting, or a probe of it), the loop
+tells the controller what the reading would cost (:meth:`hold`), and where it costs more than drafting at the
+best K could save in the tokens left, the step is plain — the draft is *held* for it (a probe is put off to the
+next gap). A code completion of 128 tokens after a 600-token prompt on a CPU where the draft barely pays reads
+nothing; a chat reply that pays reads its prompt as before. Nothing is held before the costs are measured.
 Where the costs were forgotten because the machine's load changed, a pause taken then says the machine looks
-busy.
+busy; a paused controller re-measures them with what reads nothing (a wake for the draft's cost, a free probe for
+the verify cost), keeping its acceptance, so a load change costs a paused pair no catch-up.
 
 A controller outlives one generation (``Pair`` keeps one per proposer), so what it learnt about this pair on
 this machine carries over to the next request: a pair that cannot pay is not re-tried at every message.
@@ -104,18 +113,28 @@ class DraftLength:
         self.jumped: Optional[float] = None  # the costs were re-measured in a busy spell: timings jumped this much
         self._debt = self._paused_time = 0.0  # what probes cost beyond plain steps; the paused steps' time
         self._limit: Optional[str] = None  # the words for the current pause (recomputed when it changes)
+        self.held: Optional[str] = None  # this step is plain: the draft's reading would cost more than it saves
 
     # --- the phase, as the loop and the drafters read it ------------------------------------------------
 
     @property
+    def k(self) -> int:
+        """The draft length of the next step (0: a plain step)."""
+        return 0 if self.held else self._k
+
+    @k.setter
+    def k(self, k: int) -> None:
+        self._k = k
+
+    @property
     def paused(self) -> bool:
-        """Drafting is expected to lose (probe steps of a pause included)."""
-        return self.phase in PAUSED_PHASES
+        """Drafting is expected to lose (probe steps of a pause included), or the draft is held for this step."""
+        return self.phase in PAUSED_PHASES or self.held is not None
 
     @property
     def probing(self) -> bool:
         """This step measures: a measuring draft or a probe of a pause."""
-        return self.phase in PROBE_PHASES
+        return self.phase in PROBE_PHASES and self.held is None
 
     @property
     def free_probe(self) -> bool:
@@ -158,6 +177,39 @@ class DraftLength:
     def measured(self) -> bool:
         """Enough is known to choose: a plain pass, a multi-token pass and the draft's cost."""
         return self.costs.measured()
+
+    def saving(self, tokens: int, alpha: Optional[float] = None) -> float:
+        """Seconds the best K should save over plain steps on ``tokens`` tokens at ``alpha`` (None: measured)."""
+        r = self.rates(alpha)
+        return max(0.0, tokens * (1.0 / r[0] - 1.0 / max(r[1:])))
+
+    def worth_reading(self, seconds: float, tokens: int) -> bool:
+        """Whether a draft that must first read for ``seconds`` can pay that back in the ``tokens`` the generation
+        may still write. A probe tests whether the draft does better on this text than measured, so a paused
+        controller prices it at acceptance no lower than the prior's. Before the costs are measured: yes (the
+        first measurement is paid once per pair)."""
+        if seconds <= 0.0 or not self.auto or not self.measured():
+            return True
+        alpha = max(self.alpha, PRIOR_ALPHA) if self.phase in PAUSED_PHASES else None
+        return self.saving(tokens, alpha) > seconds
+
+    @property
+    def reads(self) -> bool:
+        """The next step would draft with the real draft (which first reads what it has not seen)."""
+        return self.phase is Phase.PROBING or (self.phase is Phase.DRAFTING and self._k > 0)
+
+    def hold(self, seconds: float, tokens: int, unread: int) -> None:
+        """Before a step: the draft would first read ``unread`` tokens for ``seconds``, and the generation may
+        still write ``tokens``. Where that reading cannot pay back, the step is plain (:attr:`held`, with the
+        words why) and a probe due now waits for the next gap."""
+        self.held = None
+        if not self.reads or self.worth_reading(seconds, tokens):
+            return  # (a free probe and a wake read nothing)
+        if self.phase is Phase.PROBING:
+            self.phase, self._k, self.since_probe, self.retest_left = Phase.PAUSED, 0, 0, 0
+            return  # (the pause's own words stand)
+        self.held = (f"the draft would first read {unread} tokens it has not seen ({seconds:.2f} s), more than "
+                     f"drafting can save in the {tokens} tokens left — decoding plainly")
 
     def can_pay(self, t_d: Optional[float] = None) -> bool:
         """Could any K beat plain decoding if the draft were always right (alpha = 1)?"""
@@ -214,11 +266,12 @@ class DraftLength:
         if self.paused:
             self._paused_time += t_verify
         probed = self.probing and (drafted > 0 or woke > 0)
+        self.held = None  # (held for one step: the next is weighed again)
         if probed and self.paused and seen.predicted:
             self._debt += t_draft + t_verify - (accepted + 1) * (self.costs.predict(1) or 0.0)  # beyond plain steps
         if self.probing and not probed:  # the probe found nothing to propose: try again next step
             return
-        self.phase = Phase.PAUSED if self.paused else Phase.DRAFTING  # the probe, if any, is done
+        self.phase = Phase.PAUSED if self.phase in PAUSED_PHASES else Phase.DRAFTING  # the probe, if any, is done
         if probed:
             self.age = 0
         self._choose(probed)
@@ -240,11 +293,14 @@ class DraftLength:
             self.k = 0  # measure a plain pass first
             return
         if not self.measured():
+            if self.phase in PAUSED_PHASES:  # costs forgotten while paused (a load change): re-measured by what
+                self._probe(Culprit.DRAFT if self.t_d is None else Culprit.VERIFY)  # reads nothing; alpha stays
+                return
             self._probe(Culprit.ACCEPTANCE, k=FIRST_K)
             return
         r = self.rates()
         best = self._best(r)
-        was = self.paused
+        was = self.phase in PAUSED_PHASES
         pause = r[0] * (1 + SWITCH_MARGIN) > r[best] if not was else r[best] < r[0] * (1 + RESUME_MARGIN)
         if not pause:
             self.phase = Phase.DRAFTING
@@ -285,14 +341,17 @@ class DraftLength:
             self.phase = Phase.PROBING if self.paused else Phase.MEASURING
             self.k = min(k, self.k_max)
 
-    def begin(self) -> None:
+    def begin(self, retest: bool = True) -> None:
         """A new generation starts: the cost estimates carry over; acceptance keeps its estimate but only
         the weight of ``2 * PRIOR_TRIALS`` judged tokens, so the next text soon speaks for itself. A pause
-        that rests on few or old measurements is re-tested at the first step."""
+        that rests on few or old measurements is re-tested at the first step, where ``retest`` (the draft's
+        reading of the prompt can pay back in this generation: :meth:`worth_reading`)."""
+        self.held = None
         keep = min(1.0, 2 * PRIOR_TRIALS / self.trials)
         self.accepted *= keep
         self.trials *= keep
-        if self.auto and self.paused and self.measured() and (self.evidence < CONFIRM or self.age > STALE):
+        if retest and self.auto and self.paused and self.measured() and (self.evidence < CONFIRM
+                                                                        or self.age > STALE):
             self._probe(Culprit.ACCEPTANCE)  # with the real draft, warmed with the prompt (untimed)
 
     def retest(self, tokens: int = 1) -> None:
@@ -308,8 +367,9 @@ class DraftLength:
     # --- explaining -------------------------------------------------------------------------------------
 
     def limit(self) -> Optional[str]:
-        """Why speculation is paused, in words, from the measured alpha, c and v; None while it drafts."""
-        return self._limit if self.paused else None
+        """Why speculation is paused, in words, from the measured alpha, c and v (or why the draft is held this
+        step); None while it drafts."""
+        return self.held or (self._limit if self.paused else None)
 
     @staticmethod
     def _busy_words(jump: float) -> str:

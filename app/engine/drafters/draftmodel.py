@@ -10,8 +10,9 @@ import numpy as np
 from app.engine.decoding.coupled import GumbelNoise, gumbel_max
 from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token, recent_window
 from app.engine.decoding.verify import sample_from
-from app.engine.drafters.kvshare import KvShare
+from app.engine.drafters.kvshare import KvShare, in_use
 from app.engine.drafters.protocol import Draft, DraftSource, ProposerBase
+from app.engine.drafters.readcost import ReadCosts
 from app.engine.names import ProposerName
 
 
@@ -26,16 +27,27 @@ class DraftModelProposer(ProposerBase):
     name: str = ProposerName.DRAFT
     couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
 
-    def __init__(self, model: DraftSource, p_min: float = 0.0, share: Optional[KvShare] = None):
+    def __init__(self, model: DraftSource, p_min: float = 0.0, share: Optional[KvShare] = None,
+                 costs: Optional[ReadCosts] = None):
+        """``costs``: what this model was timed reading unseen history (the Pair keeps them per model:
+        ``ReadCostBook``); fresh ones if None."""
         self.model = model
         self.p_min = p_min
         self.share = share  # the target's cache, copied where that saves reading (kvshare.py)
+        self.costs = costs if costs is not None else ReadCosts(in_use(share))
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         if warm:
+            t0, n = time.perf_counter(), self.model.missing(prompt[:-1])
             if self.share is not None:
                 self.share.offer(prompt[:-1], need_logits=False)
             self.model.sync(prompt[:-1], need_logits=False)
+            self.costs.timed(n, time.perf_counter() - t0)  # the prompt's reading prices later catch-ups
+
+    def catch_up(self, history: Sequence[int], t_d: float) -> tuple[int, float]:
+        """The history tokens it has not read and what reading them would cost it (``ReadCosts``)."""
+        n = self.unread(history)
+        return n, self.costs.seconds(n, t_d)
 
     def unread(self, history: Sequence[int]) -> int:
         """History tokens the draft's cache lacks (1 in steady state: the pending token)."""
@@ -58,6 +70,7 @@ class DraftModelProposer(ProposerBase):
         draft.synced = self.model.missing(view)
         logits = self._read(view)
         draft.t_sync = time.perf_counter() - t0 if draft.synced > 1 else 0.0
+        self._learn_reading(draft.synced, draft.t_sync)
         recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
         for j in range(k):
             if sample:
@@ -90,6 +103,10 @@ class DraftModelProposer(ProposerBase):
                 logits = self.model.decode([x])[0]
         draft.seconds = time.perf_counter() - t0
         return draft
+
+    def _learn_reading(self, synced: int, t_sync: float) -> None:
+        """A timed catch-up prices the next ones (``ReadCosts.timed``)."""
+        self.costs.timed(synced, t_sync)
 
     def _read(self, view: list[int]):
         """Sync the draft's cache to ``view`` (taking the target's first where that saves reading); the last

@@ -32,20 +32,17 @@ reading everything paid, so there is no such window.
 from __future__ import annotations
 
 import time
-import weakref
-from collections import deque
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
 
 from app.engine.decoding.coupled import GumbelNoise
-from app.engine.control.costs import lower_median
 from app.engine.control.draftlen import DraftLength
-from app.engine.drafters.kvshare import in_use
 from app.engine.control.mix import Choice, LookupAcceptance, choose, hand_over, reading
 from app.engine.drafters.draftmodel import DraftModelProposer
-from app.engine.drafters.protocol import Draft, DraftSource, ProposerBase, end_of_reply
+from app.engine.drafters.protocol import Draft, ProposerBase, end_of_reply
+from app.engine.drafters.readcost import ReadCosts
 from app.engine.drafters.rewrite import Rewrites
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.drafters.suffix import Match, SuffixIndex
@@ -53,47 +50,9 @@ from app.engine.control.verifycost import VerifyCost
 from app.engine.names import ProposerName
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
-CATCH_PRIOR = 0.6  # before a catch-up was timed: reading a token costs this share of drafting one (a batch)
-STEADY_PRIOR = 1.5  # … and reading two costs this many draft tokens (a 2-token batch)
-# Where the draft model takes a copy of the target's cache (kvshare.py), a catch-up of any length is the copy
-# (microseconds a cached token) and one token read, as after a fully kept draft: reading two costs about one
-# draft token and each further one nothing.
-SHARED_STEADY_PRIOR = 1.0
 # A return to the draft model after a lookup stretch is charged its catch-up shared over the draft steps that
 # follow it: the mean of the recent runs, with this prior (one run of it) before any was seen.
 RUNS_PRIOR = 4.0
-CATCH_MIN = 8  # catch-ups of at least this many tokens time the per-token cost (shorter ones are mostly overhead)
-
-
-class ReadCosts:
-    """What the draft model was timed reading unseen history (mix.reading's ``t_s`` and ``t_c``) and how long
-    its runs between lookup stretches lasted (mix.choose's ``runs``), kept per draft model (``ReadCostBook``),
-    so a generation starts from what the earlier ones measured."""
-
-    def __init__(self, shared: bool = False) -> None:
-        self.shared = shared  # the draft model takes the target's cache: the priors of a copy (SHARED_STEADY_PRIOR)
-        self.priors = (SHARED_STEADY_PRIOR, 0.0) if shared else (STEADY_PRIOR, CATCH_PRIOR)  # shares of t_d
-        self.steady: deque = deque(maxlen=8)  # recent seconds the draft model took to read 2 unseen tokens
-        self.catch: deque = deque(maxlen=8)  # … and per further token read in a longer catch-up
-        self.runs: deque = deque(maxlen=8)  # how many steps in a row the draft model drafted, run by run
-
-    def reading(self, t_d: float) -> tuple[float, float]:
-        """(``t_s``, ``t_c``): the lower medians of what was timed, else the priors' shares of a draft token."""
-        t_s, t_c = lower_median(self.steady), lower_median(self.catch)
-        return (t_s if t_s is not None else self.priors[0] * t_d, t_c if t_c is not None else self.priors[1] * t_d)
-
-
-class ReadCostBook:
-    """The reading costs measured for each loaded draft model (forgotten with it), kept by whoever hands out the
-    combined drafters (the Pair) so that they carry over from one generation to the next."""
-
-    def __init__(self) -> None:
-        self._costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-    def of(self, model: DraftSource, shared: bool = False) -> ReadCosts:
-        """``model``'s costs, apart while it takes the target's cache (``shared``) and while it reads for
-        itself: a refused copy must not be priced as one."""
-        return self._costs.setdefault(model, {}).setdefault(shared, ReadCosts(shared))
 
 
 @dataclass(frozen=True)
@@ -133,12 +92,9 @@ class DuoProposer(ProposerBase):
     retest_tokens = 1  # a pause on acceptance is re-tested at each generation's start (loop.py), by one probe
     # (each drafts with the draft model)
 
-    def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
-                 costs: Optional[ReadCosts] = None):
-        """``costs``: what the draft model was timed reading (the Pair keeps them: ``ReadCostBook``); fresh ones
-        if None."""
+    def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance):
+        """The draft model's reading costs are its own (``draft.costs``: the Pair keeps them per model)."""
         self.draft, self.index, self.acceptance = draft, index, acceptance
-        self.costs = costs if costs is not None else ReadCosts(in_use(draft.share))
         self.length: Optional[DraftLength] = None
         # the last step's lookup proposals: a lookup prefix and a handoff's tail (judged only if what came before
         # them was kept)
@@ -160,8 +116,16 @@ class DuoProposer(ProposerBase):
         self._run, self._regret = 0, 0.0
         self.rewrites.reset()
 
+    @property
+    def costs(self) -> ReadCosts:
+        """What the draft model was timed reading (and its runs between lookup stretches)."""
+        return self.draft.costs
+
     def time_tokens(self, history: Sequence[int], k: int) -> float:
         return self.draft.time_tokens(history, k)
+
+    def catch_up(self, history: Sequence[int], t_d: float) -> tuple[int, float]:
+        return self.draft.catch_up(history, t_d)
 
     def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings, rng: np.random.Generator,
                 sample: bool, noise: Optional[GumbelNoise] = None) -> Draft:
@@ -209,17 +173,8 @@ class DuoProposer(ProposerBase):
             if sample:
                 out.q += d.q or []
             out.synced, out.t_sync, out.tail = d.synced, d.t_sync, d.tail
-            self._timed_reading(d.synced, d.t_sync)
         out.seconds = time.perf_counter() - t0
         return out
-
-    def _timed_reading(self, synced: int, t_sync: float) -> None:
-        """Learn ``t_s`` (reading 2 tokens) and ``t_c`` (each further one: mix.reading) from a timed catch-up."""
-        if synced == 2 and t_sync > 0:
-            self.costs.steady.append(t_sync)
-        t_s = lower_median(self.costs.steady)
-        if synced >= CATCH_MIN and t_sync > 0 and t_s is not None:
-            self.costs.catch.append(max(t_sync - t_s, 0.0) / (synced - 2))
 
     def finish(self, history: Sequence[int], end: Optional[int] = None) -> None:
         """The generation ended at ``history``: index all of it (the next request may quote it). ``end``: the

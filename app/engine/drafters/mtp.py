@@ -37,6 +37,7 @@ from app.engine.llama.backend import BackendError, ContextFullError, Model, Roll
 from app.engine.llama.lifetime import Closable
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.protocol import Draft, DraftSource
+from app.engine.drafters.readcost import ReadCosts
 from app.engine.names import ProposerName
 
 # A catch-up of at most this many entries is every step's work for an MTP head (the accepted tokens and the
@@ -199,9 +200,13 @@ class MtpProposer(DraftModelProposer):
 
     name: str = ProposerName.MTP
 
-    def __init__(self, head: DraftSource, p_min: float = 0.0):
+    def __init__(self, head: DraftSource, p_min: float = 0.0, costs: Optional[ReadCosts] = None):
         """``head``: an :class:`MtpHead`, or an assistant drafter (assistant.py)."""
-        super().__init__(head, p_min)
+        super().__init__(head, p_min, costs=costs)
+
+    def _learn_reading(self, synced: int, t_sync: float) -> None:
+        if synced > STEADY_CATCH_UP:  # shorter catch-ups are drafting (above), not reading
+            super()._learn_reading(synced, t_sync)
 
     def propose(self, history: Sequence[int], k: int, sampler, rng, sample: bool, noise=None, handoff=None,
                 reach: int = 0) -> Draft:

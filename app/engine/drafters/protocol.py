@@ -14,7 +14,10 @@ the answer of a proposer that lacks them, which :class:`ProposerBase` gives:
 - ``mixes``: it chooses its drafter per step (duo.py): the loop offers it the controller's whole ceiling,
   ``bind`` hands it the generation's controller and ``finish`` the reply's last tokens;
 - ``time_tokens``: the seconds ``k`` draft decodes take, timed without proposing (the controller re-measures a
-  sleeping draft's cost); a proposer with no model to time answers 0.0.
+  sleeping draft's cost); a proposer with no model to time answers 0.0;
+- ``catch_up``: how much of the history it has not seen, and what reading it would cost before it drafts (a draft model's
+  catch-up: the prompt at a generation's start, lookup's stretch after it), which the controller weighs against
+  what drafting can save in the tokens left (``DraftLength.hold``); a proposer that reads nothing answers 0.0.
 
 :class:`DraftSource` is what a model-driven proposer (draftmodel.py) needs of its model: the draft model
 (``backend.Model``), the target's MTP head (mtp.py) and the assistant drafter (assistant.py) all have it.
@@ -108,6 +111,10 @@ class Proposer(Protocol):
     def time_tokens(self, history: Sequence[int], k: int) -> float:
         """Seconds for ``k`` draft decodes after ``history``, timed without proposing (0.0: nothing to time)."""
 
+    def catch_up(self, history: Sequence[int], t_d: float) -> tuple[int, float]:
+        """(tokens of ``history`` it has not read, the expected seconds to read them); ``t_d``: the controller's
+        measured seconds per draft token, the unit of its priors. (0, 0.0): it reads nothing."""
+
     def close(self) -> None:
         """Free what the proposer holds."""
 
@@ -128,3 +135,6 @@ class ProposerBase:
 
     def time_tokens(self, history: Sequence[int], k: int) -> float:
         return 0.0  # no model: drafting costs nothing to re-measure
+
+    def catch_up(self, history: Sequence[int], t_d: float) -> tuple[int, float]:
+        return 0, 0.0  # no model: nothing to catch up on

@@ -187,3 +187,59 @@ def test_a_retest_for_a_free_drafter_probes_until_enough_tokens_were_judged():
     sim.alpha = 0.95  # a text that copies: the re-test resumes drafting
     sim.run(length, 8)
     assert not length.paused and length.k > 0
+
+
+def test_the_drafts_reading_is_held_where_the_tokens_left_cannot_pay_it_back():
+    """A draft that pays (1.6x here) must first read what it has not seen (a long prompt, a lookup stretch):
+    the step is plain, with the words why, where that reading costs more than drafting could save in the tokens
+    the generation may still write; the pair stays a drafting pair (the next step is weighed again)."""
+    sim = Sim(0.9, t_draft=0.2, a=1.0, b=0.3)
+    length = sim.run(auto(), 100)
+    assert not length.paused and length.k > 0 and length.reads
+    saving = length.saving(100)
+    assert saving > 0
+    length.hold(saving * 0.5, 100, unread=40)  # cheap enough: drafts
+    assert length.held is None and length.k > 0
+    length.hold(saving * 2, 100, unread=600)  # a 600-token prompt for a 100-token reply: plain
+    assert length.held and length.k == 0 and length.paused and "600 tokens" in length.limit()
+    assert length.hold(saving * 2, 1000, unread=600) is None and length.k > 0  # … a long reply pays it back
+    length.hold(saving * 2, 100, unread=600)
+    sim.run(length, 1)  # the held step was plain
+    assert sim.ks[-1] == 0 and length.held is None and not length.paused and length.k > 0
+
+
+def test_a_probe_that_would_read_more_than_the_reply_can_pay_back_waits_for_the_next_gap():
+    """A pause on acceptance is re-tested with the real draft; the probe is priced at the prior's acceptance (it
+    asks whether this text suits the draft better), and put off where even then its reading cannot pay back."""
+    sim = Sim(0.25, t_draft=0.4, a=1.0, b=0.1)
+    length = sim.run(auto(), 300)
+    length.retest()
+    assert length.probing and length.reads
+    assert length.worth_reading(1.0, 1000)  # at the prior's acceptance drafting would save more than that
+    length.hold(1.0, 1000, unread=50)
+    assert length.probing and length.k > 0
+    length.hold(1e6, 10, unread=5000)
+    assert not length.probing and length.paused and length.k == 0 and length.since_probe == 0
+    assert "agrees with the target" in length.limit()  # the pause's own words stand
+    cost = Sim(0.83, t_draft=0.053, a=0.004, b=0.1)  # where no K pays, no reading is worth anything
+    paused = cost.run(auto(), 100)
+    assert paused.saving(10_000, alpha=0.9) == 0 and not paused.worth_reading(1e-6, 10_000)
+    assert auto().worth_reading(1e6, 1)  # nothing measured yet: the first measurement is paid once
+
+
+def test_a_paused_controller_re_measures_forgotten_costs_with_what_reads_nothing():
+    """A load change makes the controller forget its costs; paused, it re-measures them with a wake (the draft's
+    cost, timed on what its cache holds) and a free probe (the verify cost), keeping acceptance: a probe with
+    the real draft would first read everything since the prompt."""
+    sim = Sim(0.25, t_draft=0.4, a=1.0, b=0.1)
+    length = sim.run(auto(), 300)
+    alpha = length.alpha
+    assert length.paused and length.measured()
+    sim.t_draft, sim.a, sim.b = 0.4 / 50, 1.0 / 50, 0.1 / 50  # the other program stopped: everything 50x faster
+    phases = []
+    for _ in range(12):
+        phases.append(length.phase.value)
+        sim.run(length, 1)
+    assert "probing" not in phases and "measuring" not in phases, phases
+    assert "waking" in phases and "free probe" in phases and length.measured()
+    assert abs(length.alpha - alpha) < 0.05

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from app.engine.control.draftlen import FORGET_ALPHA, DraftLength
-from app.engine.drafters.duo import CATCH_PRIOR, STEADY_PRIOR, DuoProposer, Proposal, ReadCosts
+from app.engine.drafters.duo import DuoProposer, Proposal
+from app.engine.drafters.readcost import CATCH_PRIOR, STEADY_PRIOR, ReadCosts
 from app.engine.drafters.kvshare import in_use
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig
