@@ -53,14 +53,21 @@ NEAR_TIE = 0.1
 
 
 def divergence(pair: Pair, prompt: Sequence[int], plain: Sequence[int], spec: Sequence[int]) -> Optional[dict]:
-    """First position where two outputs differ and the target's top-1 minus top-2 logit there."""
+    """First position where two outputs differ and the target's top-1 minus top-2 logit there, on the row plain
+    decoding computed: the prompt prefilled less its last token, then one-token steps (a batched pass rounds
+    that row differently on quantised kernels — by 0.28 in one logit on a 2-core EPYC — so a gap read from
+    one would misjudge a near-tie). Costs up to ``len(plain)`` single steps, only where outputs differ."""
     pos = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
     if pos is None:
         if len(plain) == len(spec):
             return None
         pos = min(len(plain), len(spec))
     pair.reset()
-    logits = pair.target.sync(list(prompt) + list(plain[:pos]))
+    pair.target.sync(list(prompt[:-1]), need_logits=False)
+    logits = None
+    for tok in [prompt[-1]] + list(plain[:pos]):
+        logits = pair.target.decode([tok])[0]
+    assert logits is not None
     top2 = np.partition(logits, -2)[-2:]
     return {"position": pos, "gap": float(abs(top2[1] - top2[0]))}
 
