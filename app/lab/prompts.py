@@ -31,12 +31,14 @@ class PromptFileError(BadInput, ValueError):
 @dataclass(frozen=True)
 class Infill:
     """A fill-in-the-middle request as an editor sends it to llama.cpp's ``/infill``: the text before the cursor,
-    after it, other files' chunks, and ``prompt``, the text typed on the cursor's line (it follows the prefix)."""
+    after it, other files' chunks, ``prompt``, the text typed on the cursor's line (it follows the prefix), and
+    ``n_indent`` (llama.vim's: the cursor line's indentation; a later, shallower line ends the completion)."""
 
     prefix: str
     suffix: str
     extra: tuple[Chunk, ...] = ()
     prompt: str = ""
+    n_indent: int = 0
 
     def tokens(self, pair: Pair, n_predict: int = -1) -> list[int]:
         """The prompt llama.cpp's server builds for this request (``decoding.fim``); FimUnsupported (a BadInput)
@@ -114,7 +116,7 @@ def parse_prompts(lines: Sequence[str], source: str) -> list[Prompt]:
 def _infill_prompt(obj: dict, where: str, default_id: str) -> Prompt:
     """A FIM line: ``input_prefix`` and ``input_suffix`` strings (either may be left out: empty), ``input_extra``
     a list of ``{"text", "filename"?}`` objects, an optional ``prompt`` string (llama.cpp's: text after the
-    prefix); ``messages`` does not go with them."""
+    prefix) and ``n_indent`` (a non-negative integer); ``messages`` does not go with them."""
     if "messages" in obj:
         raise PromptFileError(f'{where}: a fill-in-the-middle line (input_prefix/input_suffix) cannot have '
                               '"messages"')
@@ -131,7 +133,11 @@ def _infill_prompt(obj: dict, where: str, default_id: str) -> Prompt:
             raise PromptFileError(f'{where}: input_extra[{i}] must be an object with a "text" string and an '
                                   'optional "filename" string')
         chunks.append(Chunk(chunk["text"], chunk.get("filename", "tmp")))
-    infill = Infill(obj.get("input_prefix", ""), obj.get("input_suffix", ""), tuple(chunks), obj.get("prompt", ""))
+    n_indent = obj.get("n_indent", 0)
+    if not isinstance(n_indent, int) or isinstance(n_indent, bool) or n_indent < 0:
+        raise PromptFileError(f'{where}: "n_indent" must be a non-negative integer, not {json.dumps(n_indent)}')
+    infill = Infill(obj.get("input_prefix", ""), obj.get("input_suffix", ""), tuple(chunks), obj.get("prompt", ""),
+                    n_indent)
     return Prompt(id=str(obj.get("id", default_id)), category=str(obj.get("category", FIM)), infill=infill)
 
 

@@ -19,14 +19,16 @@ def test_fim_lines_mix_with_ordinary_ones():
     got = parse_prompts(lines({"prompt": "def f():"},
                               {"input_prefix": "def area(w, h):\n", "input_suffix": "\nprint(area(2, 3))\n",
                                "input_extra": [{"filename": "util.py", "text": "PI = 3.14\n"}, {"text": "x = 1\n"}]},
-                              {"id": "only-suffix", "input_suffix": "}\n", "prompt": "  return"}), "f.jsonl")
+                              {"id": "only-suffix", "input_suffix": "}\n", "prompt": "  return", "n_indent": 2}),
+                        "f.jsonl")
     assert [p.infill is not None for p in got] == [False, True, True] and has_infill(got)
     fim = got[1].infill
     assert fim is not None and fim.prefix == "def area(w, h):\n" and fim.suffix == "\nprint(area(2, 3))\n"
     assert fim.extra == (Chunk("PI = 3.14\n", "util.py"), Chunk("x = 1\n", "tmp")) and got[1].category == FIM
     last = got[2]
     assert last.id == "only-suffix" and last.infill is not None
-    assert (last.infill.prefix, last.infill.prompt) == ("", "  return")
+    assert (last.infill.prefix, last.infill.prompt, last.infill.n_indent) == ("", "  return", 2)
+    assert fim.n_indent == 0
     assert not has_infill(got[:1])
 
 
@@ -38,6 +40,8 @@ def test_fim_lines_mix_with_ordinary_ones():
     ({"input_prefix": "a", "input_extra": [{"filename": "x.py"}]}, 'input_extra[0] must be an object with a "text"'),
     ({"input_prefix": "a", "input_extra": [{"text": "t", "filename": 2}]}, "input_extra[0]"),
     ({"input_prefix": "a", "messages": [{"role": "user", "content": "hi"}]}, 'cannot have "messages"'),
+    ({"input_prefix": "a", "n_indent": -1}, '"n_indent" must be a non-negative integer, not -1'),
+    ({"input_prefix": "a", "n_indent": "4"}, '"n_indent" must be a non-negative integer, not "4"'),
 ])
 def test_a_bad_fim_line_is_a_clear_error_naming_its_line(obj, words):
     with pytest.raises(PromptFileError) as err:
