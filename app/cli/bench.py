@@ -18,6 +18,7 @@ from app.engine.names import AUTO_K, ProposerName
 from app.lab.bench import NEAR_TIE, REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.prompts import PromptFileError, has_infill, load_prompts, require_fim
+from app.lab.replay import PERFECT
 from app.models import standin
 from app.models.provision import ensure_pair
 from app.numfmt import fmt as _f
@@ -49,14 +50,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=limit("repeats"), default=1)
     p.add_argument("--threads", type=limit("threads"), default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=limit("ctx"), default=4096, help="context size")
-    p.add_argument("--reference", choices=REFERENCES,
+    p.add_argument("--reference", choices=REFERENCES + (PERFECT,),
                    help="also time a reference decoder on the same prompts, interleaved: 'bare' (a minimal "
                         "llama_decode + argmax loop, vs Tandem's plain decoding), 'bare-spec' (a minimal greedy "
                         "draft-then-verify loop with fixed K, --k or 8, vs Tandem's speculative runs) or "
                         "'llama-cpp-lookup' "
                         "(llama-cpp-python's LlamaPromptLookupDecoding, vs Tandem's speculative runs) or 'local' "
                         "(with --rpc: the same pair on this machine alone, plain and speculative: the network's "
-                        "cost)")
+                        "cost); for completion requests (--suite fim) 'perfect': drafts that replay plain decoding's "
+                        "own completion at K = --k-max, verify passes alone (an upper bound, not a drafter)")
+    p.add_argument("--no-stop-at-suffix", dest="stop_at_suffix", action="store_false",
+                   help="completion requests: end them by llama.cpp's rules alone, without /infill's stop_at_suffix "
+                        "(on by default, as the API: end where the model starts copying the suffix)")
     p.add_argument("--json", dest="json_out", help="write the full result to this file")
     add_gpu_args(p)
     p.set_defaults(func=run)
@@ -85,10 +90,17 @@ def run(args: argparse.Namespace) -> int:
     args.proposer = args.proposer or ((ProposerName.AUTO,) if requests else (ProposerName.DRAFT,))
     args.max_tokens = args.max_tokens or (benchfim.N_PREDICT if requests else 256)
     args.proposers, args.proposer = args.proposer, args.proposer[0]
-    if len(args.proposers) > 1 and args.reference:
+    if requests and args.reference not in (None, PERFECT):
+        fail(f"--reference {args.reference} times decoding alone; completion requests (FIM prompts) are timed with "
+             f"their prefill (their reference is --reference {PERFECT})")
+    if not requests and args.reference == PERFECT:
+        fail(f"--reference {PERFECT} replays the plain completions of editors' requests; use it with --suite fim "
+             "or a prompts file of fill-in-the-middle lines")
+    if not requests and not args.stop_at_suffix:
+        fail("--no-stop-at-suffix is for completion requests (--suite fim or fill-in-the-middle lines): other "
+             "prompts have no suffix")
+    if len(args.proposers) > 1 and args.reference and not requests:
         fail("--reference times one proposer; give --proposer one name with it")
-    if requests and args.reference:
-        fail("--reference times decoding alone; completion requests (FIM prompts) are timed with their prefill")
     if requests and args.temperature > 0:
         fail("completion requests are benchmarked greedy (each checked against plain decoding); use --temperature 0")
     if args.target:
@@ -119,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     kind = f" ({ASSISTANT_LABEL})" if assistant else ""
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}{kind}; "
           f"{len(prompts)} prompts, "
-          f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={','.join(args.proposers)}", flush=True)
+          f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={','.join(args.proposers)}"
+          + (f", reference={args.reference}" if args.reference else ""), flush=True)
     args.standin = standin.info(target)
     if args.standin is not None:
         print(f"[bench] target: {args.standin.caption}", flush=True)

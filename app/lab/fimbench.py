@@ -2,67 +2,42 @@
 
 Method (as ``bench.py``'s): one warm-up request per mode, then for every prompt and repeat a plain request and one
 per proposer, in an order rotated each repeat, each from a cold cache (the whole prompt prefilled; lookup remembers
-no earlier request). A request's time runs from the start of its prefill to its last token, what an editor waits
-for; time to first token, to its first token. Greedy (so every speculative completion must equal the plain one),
-``n_predict`` tokens at most, stopping at end of generation. Reported: p50 and p95 over every request of a mode
-(prompts × repeats), per-prompt medians over the repeats, and ratios: ``p50_ratio`` = speculative p50 / plain p50
-(below 1 is faster), a prompt's ``speedup`` = its plain median / its speculative median (above 1 is faster).
+no earlier request). Each completion ends where Tandem's ``/infill`` would end it (``fimrequest.py``: end of
+generation, ``n_predict``, the suffix rule unless ``stop_at_suffix`` is off, the prompt's ``n_indent``). A
+request's time runs from the start of its prefill to the token that ended the completion, what an editor waits
+for; time to first token, to its first token. Greedy (so every speculative completion must equal the plain one, cut
+at the same token). The reference ``perfect`` (``replay.py``) drafts plain's own completion of the same prompt and
+repeat at K = k_max: verify passes alone, the fastest any drafter could be. Reported: p50 and p95 over every request
+of a mode (prompts × repeats), per-prompt medians over the repeats, and ratios: ``p50_ratio`` = speculative p50 /
+plain p50 (below 1 is faster), a prompt's ``speedup`` = its plain median / its speculative median (above 1 is
+faster); which rule ended each completion.
 """
 
 from __future__ import annotations
 
 import statistics
 import threading
-import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from app.engine.events import DoneEvent, StepEvent, TokenEvent
+from app.engine.decoding.infillcut import Rules
+from app.engine.events import StepEvent
 from app.engine.llama.backend import ContextFullError
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import pool
 from app.engine.summary import Summary
 from app.lab.bench import NEAR_TIE, PRIVATE, divergence, public_dict
+from app.lab.fimrequest import Request, infill_rules, request
 from app.lab.prompts import Prompt, require_fim
+from app.lab.replay import PERFECT, ReplayProposer
 
 SLOW = 0.97  # a prompt whose speculative median is slower than this share of plain speed is flagged
 PLAIN = "plain"
 WARMUP_TOKENS = 8
-
-
-@dataclass
-class Request:
-    """One timed request."""
-
-    tokens: list[int]
-    total_s: float  # prefill + decode: until the last token
-    ttft_s: Optional[float]  # until the first token (None: the reply was empty)
-    prefill_s: float  # the target's prefill and the proposer's reading of the prompt
-    stats: Summary
-    steps: list[StepEvent] = field(default_factory=list)
-
-
-def request(pair: Pair, tokens: Sequence[int], cfg: GenConfig) -> Request:
-    """One request from a cold cache, as an editor's first request at a new place would find the server."""
-    pair.reset(lookup=True)
-    prefill = [0.0]
-    ttft: Optional[float] = None
-    done: Optional[DoneEvent] = None
-    steps: list[StepEvent] = []
-    t0 = time.perf_counter()
-    for ev in pair.generate(tokens, cfg, on_prefill=lambda s: prefill.__setitem__(0, s)):
-        if isinstance(ev, TokenEvent) and ttft is None:
-            ttft = time.perf_counter() - t0
-        elif isinstance(ev, StepEvent):
-            steps.append(ev)
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    total = time.perf_counter() - t0
-    assert done is not None
-    return Request(list(done.tokens), total, ttft, prefill[0], done.stats, steps)
 
 
 # --- arithmetic (pure) ------------------------------------------------------------------------------------------
@@ -101,6 +76,11 @@ def times(requests: Sequence[Request]) -> Times:
                     [r.prefill_s for r in requests])
 
 
+def ends(requests: Sequence[Request]) -> dict:
+    """How many requests each rule ended ({"suffix": 7, "eog": 4, ...})."""
+    return dict(Counter(str(r.end) for r in requests))
+
+
 def slow_prompts(speedups: dict[str, Optional[float]], floor: float = SLOW) -> list[str]:
     """The prompts whose speculative median is slower than ``floor`` × plain speed."""
     return [pid for pid, s in speedups.items() if s is not None and s < floor]
@@ -110,11 +90,12 @@ def slow_prompts(speedups: dict[str, Optional[float]], floor: float = SLOW) -> l
 
 @dataclass(frozen=True)
 class ModeRow:
-    """One proposer on one prompt (medians over the repeats; acceptance pooled)."""
+    """One proposer (or the reference) on one prompt (medians over the repeats; acceptance pooled)."""
 
     median_s: float
     ttft_s: Optional[float]
     tokens: int  # the first run's completion (it differs from plain's only where a near-tie or a fault parted them)
+    end: str  # the first run's Ending: which rule ended its completion
     speedup: Optional[float]  # plain median / this median
     slow: bool
     acceptance_rate: float
@@ -153,10 +134,11 @@ class PromptRow:
     prompt: str  # its label
     prompt_tokens: int
     tokens: int  # the plain completion's
+    end: str  # which rule ended the plain completion (the first run's Ending)
     plain_s: float  # median
     plain_ttft_s: Optional[float]
     plain_runs_s: list
-    modes: dict  # proposer -> ModeRow
+    modes: dict  # proposer (and the reference) -> ModeRow
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), modes={k: v.to_dict() for k, v in self.modes.items()})
@@ -164,7 +146,7 @@ class PromptRow:
 
 @dataclass(frozen=True)
 class ModeSummary:
-    """One proposer over every prompt."""
+    """One proposer (or the reference) over every prompt."""
 
     times: Times
     p50_ratio: Optional[float]  # speculative p50 / plain p50
@@ -179,6 +161,7 @@ class ModeSummary:
     paused: Optional[float]
     identical: bool
     mismatches: list  # {"prompt", "position", "gap", "near_tie", "plain_tokens", "tokens"}
+    ends: dict  # Ending -> requests it ended
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), times=self.times.to_dict())
@@ -198,10 +181,19 @@ class RequestBenchResult:
     proposers: list
     repeats: int
     plain: Times
-    modes: dict  # proposer -> ModeSummary
+    modes: dict  # proposer (and the reference) -> ModeSummary
     per_prompt: list  # PromptRow
     skipped: list
     partial: bool
+    stop_at_suffix: bool = True
+    reference: Optional[str] = None  # PERFECT, or None
+    k_reference: Optional[int] = None  # the reference's fixed K (k_max)
+    plain_ends: dict = field(default_factory=dict)  # Ending -> plain requests it ended
+
+    @property
+    def named(self) -> list:
+        """The modes in the tables: the proposers, then the reference."""
+        return self.proposers + ([self.reference] if self.reference else [])
 
     @property
     def p50_ratio(self) -> Optional[float]:
@@ -210,7 +202,9 @@ class RequestBenchResult:
 
     def to_dict(self) -> dict:
         return {"kind": "requests", "n_predict": self.n_predict, "k": self.k, "proposers": self.proposers,
+                "reference": self.reference, "k_reference": self.k_reference, "stop_at_suffix": self.stop_at_suffix,
                 "repeats": self.repeats, "p50_ratio": self.p50_ratio, "plain": self.plain.to_dict(),
+                "plain_ends": self.plain_ends,
                 "modes": {k: v.to_dict() for k, v in self.modes.items()},
                 "per_prompt": [p.to_dict() for p in self.per_prompt], "skipped": self.skipped,
                 "partial": self.partial, "slow_floor": SLOW, "step_fields": list(STEP_FIELDS)}
@@ -229,7 +223,7 @@ def _mode_row(pair: Pair, tokens: list[int], plain: list[Request], runs: list[Re
             mismatch["near_tie"] = mismatch["gap"] < NEAR_TIE
     ttfts = [r.ttft_s for r in runs if r.ttft_s is not None]
     return ModeRow(median_s=med, ttft_s=statistics.median(ttfts) if ttfts else None, tokens=len(runs[0].tokens),
-                   speedup=speedup,
+                   end=str(runs[0].end), speedup=speedup,
                    slow=speedup is not None and speedup < SLOW, acceptance_rate=s.acceptance_rate,
                    mean_accepted=s.mean_accepted, drafted=s.drafted, accepted=s.accepted,
                    lookup_drafted=s.lookup_drafted, lookup_accepted=s.lookup_accepted, paused=s.paused_share,
@@ -252,7 +246,7 @@ def summarize(name: str, rows: Sequence[PromptRow], plain: Times, requests: Sequ
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, lookup_share=s.lookup_share,
         paused=s.paused_share, identical=all(m.identical for m in mine.values()),
         mismatches=[{"prompt": pid, **m.mismatch, "plain_tokens": plain_tokens[pid], "tokens": m.tokens}
-                    for pid, m in mine.items() if m.mismatch])
+                    for pid, m in mine.items() if m.mismatch], ends=ends(requests))
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
@@ -261,40 +255,50 @@ def run_requests(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, proposer
                  repeats: int = 1, warmup: bool = True,
                  progress: Optional[Callable[[int, int, str], None]] = None,
                  cancel: Optional[threading.Event] = None,
-                 keep: Optional[list] = None) -> RequestBenchResult:
+                 keep: Optional[list] = None, stop_at_suffix: bool = True,
+                 reference: Optional[str] = None) -> RequestBenchResult:
     """Every prompt as an editor's request, plain and with each proposer (``gen`` with its ``proposer``
-    replaced), interleaved; ``keep``: a list that receives (prompt id, mode, Request) of every timed request."""
+    replaced), interleaved, each completion ended as ``/infill`` ends it (``stop_at_suffix``: its suffix rule);
+    ``reference``: PERFECT also times the perfect drafter on each repeat's plain completion, at K = ``gen.k_max``;
+    ``keep``: a list that receives (prompt id, mode, Request) of every timed request."""
     if not gen.sampler.greedy:
         raise ValueError("the completion benchmark is greedy (every completion checked against plain decoding); "
                          "use temperature 0")
+    if reference not in (None, PERFECT):
+        raise ValueError(f"the completion benchmark's reference is {PERFECT!r}, not {reference!r}")
     cfgs = {PLAIN: GenConfig(max_tokens=gen.max_tokens, sampler=gen.sampler, speculative=False)}
     cfgs.update({name: GenConfig(max_tokens=gen.max_tokens, sampler=gen.sampler, k=gen.k, k_max=gen.k_max,
                                  p_min=gen.p_min, proposer=name) for name in proposers})
+    if reference == PERFECT:
+        cfgs[PERFECT] = GenConfig(max_tokens=gen.max_tokens, sampler=gen.sampler, k=gen.k_max, k_max=gen.k_max)
+    named = list(proposers) + ([PERFECT] if reference else [])
     require_fim(pair, prompts)
     encoded, skipped = [], []
     for p in prompts:
         try:
-            encoded.append((p, p.tokens(pair, gen.max_tokens)))
+            encoded.append((p, p.tokens(pair, gen.max_tokens), infill_rules(p, stop_at_suffix)))
         except ContextFullError as exc:  # reported and left out, as bench does
             skipped.append({"id": p.id, "category": p.category, "error": str(exc)})
     if not encoded:
         raise ValueError(f"no prompt can run: {skipped[0]['error']}" if skipped else "no prompts")
     if warmup:
-        for cfg in cfgs.values():
-            request(pair, encoded[0][1], replace(cfg, max_tokens=WARMUP_TOKENS))
+        warm: dict[str, list[Request]] = {PLAIN: []}
+        for mode, cfg in cfgs.items():
+            warm.setdefault(mode, []).append(_one(pair, encoded[0][1], replace(cfg, max_tokens=WARMUP_TOKENS),
+                                                  encoded[0][2], mode, warm[PLAIN]))
     modes = list(cfgs)
     total, done = len(encoded) * repeats * len(modes), 0
     rows: list[PromptRow] = []
     runs: dict[str, list[Request]] = {m: [] for m in modes}
     partial = False
-    for prompt, tokens in encoded:
+    for prompt, tokens, rules in encoded:
         mine: dict[str, list[Request]] = {m: [] for m in modes}
         for r in range(repeats):
-            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+            for mode in rotation(modes, r):
                 if cancel is not None and cancel.is_set():
                     partial = True
                     break
-                got = request(pair, tokens, cfgs[mode])
+                got = _one(pair, tokens, cfgs[mode], rules, mode, mine[PLAIN])
                 mine[mode].append(got)
                 if keep is not None:
                     keep.append((prompt.id, mode, got))
@@ -310,14 +314,32 @@ def run_requests(pair: Pair, prompts: Sequence[Prompt], gen: GenConfig, proposer
         plain = mine[PLAIN]
         ttfts = [x.ttft_s for x in plain if x.ttft_s is not None]
         rows.append(PromptRow(id=prompt.id, category=prompt.category, prompt=prompt.label, prompt_tokens=len(tokens),
-                              tokens=len(plain[0].tokens), plain_s=statistics.median(x.total_s for x in plain),
+                              tokens=len(plain[0].tokens), end=str(plain[0].end),
+                              plain_s=statistics.median(x.total_s for x in plain),
                               plain_ttft_s=statistics.median(ttfts) if ttfts else None,
                               plain_runs_s=[x.total_s for x in plain],
-                              modes={n: _mode_row(pair, tokens, plain, mine[n]) for n in proposers}))
+                              modes={n: _mode_row(pair, tokens, plain, mine[n]) for n in named}))
         if partial:
             break
     plain_times = times(runs[PLAIN])
     return RequestBenchResult(n_predict=gen.max_tokens, k=gen.k, proposers=list(proposers), repeats=repeats,
                               plain=plain_times,
-                              modes={n: summarize(n, rows, plain_times, runs[n]) for n in proposers if rows},
-                              per_prompt=rows, skipped=skipped, partial=partial)
+                              modes={n: summarize(n, rows, plain_times, runs[n]) for n in named if rows},
+                              per_prompt=rows, skipped=skipped, partial=partial, stop_at_suffix=stop_at_suffix,
+                              reference=reference, k_reference=gen.k_max if reference else None,
+                              plain_ends=ends(runs[PLAIN]))
+
+
+def rotation(modes: Sequence[str], r: int) -> list[str]:
+    """Repeat ``r``'s order: the modes rotated by ``r``, but the reference right after plain where the rotation
+    would put it first (it replays that repeat's plain completion)."""
+    order = list(modes[r % len(modes):]) + list(modes[:r % len(modes)])
+    if PERFECT in order and order.index(PERFECT) < order.index(PLAIN):
+        order.remove(PERFECT)
+        order.insert(order.index(PLAIN) + 1, PERFECT)
+    return order
+
+
+def _one(pair: Pair, tokens: list[int], cfg: GenConfig, rules: Rules, mode: str, plain: list[Request]) -> Request:
+    """One timed request of ``mode``; the reference replays ``plain``'s latest completion (this repeat's)."""
+    return request(pair, tokens, cfg, rules, ReplayProposer(plain[-1].tokens) if mode == PERFECT else None)

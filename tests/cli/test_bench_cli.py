@@ -132,7 +132,8 @@ def test_atomic_output_leaves_nothing_on_failure(tmp_path):
 
 def test_bench_fim_requests_through_the_launcher(tmp_path, coder_path):
     """Two FIM requests (a prompt file mixing an /infill line with an ordinary one) on the Qwen coder alone, lookup
-    drafting: the request JSON, every completion equal to plain decoding, the reproducing command."""
+    drafting and the perfect reference, without the suffix rule: the request JSON, every completion equal to plain
+    decoding, the reference's drafts all accepted, the reproducing command."""
     prompts = tmp_path / "fim.jsonl"
     prompts.write_text(json.dumps({"id": "area", "input_prefix": "def area(width, height):\n",
                                    "input_suffix": "\n\nprint(area(2, 3))\n",
@@ -140,10 +141,14 @@ def test_bench_fim_requests_through_the_launcher(tmp_path, coder_path):
                        + "\n" + json.dumps({"id": "fib", "prompt": "def fib(n):\n"}) + "\n")
     out = tmp_path / "out.json"
     proc = launcher("bench", "--target", str(coder_path), "--proposer", "lookup", "--prompts-file", str(prompts),
-                    "--max-tokens", "16", "--json", str(out))
+                    "--max-tokens", "16", "--reference", "perfect", "--no-stop-at-suffix", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["kind"] == "requests" and result["n_predict"] == 16 and result["proposers"] == ["lookup"]
+    assert result["reference"] == "perfect" and result["k_reference"] == 16 and result["stop_at_suffix"] is False
+    perfect = result["modes"]["perfect"]
+    assert perfect["identical"] and perfect["acceptance_rate"] == 1.0 and perfect["lookup_share"] == 0.0
+    assert sum(result["plain_ends"].values()) == 2 and "suffix" not in result["plain_ends"]
     mode = result["modes"]["lookup"]
     assert result["p50_ratio"] == mode["p50_ratio"] == pytest.approx(mode["times"]["p50_s"] / result["plain"]["p50_s"])
     assert [p["id"] for p in result["per_prompt"]] == ["area", "fib"]
@@ -151,8 +156,25 @@ def test_bench_fim_requests_through_the_launcher(tmp_path, coder_path):
         m = p["modes"]["lookup"]
         assert p["prompt_tokens"] > 0 and 0 < p["tokens"] <= 16 and m["median_s"] > 0 and m["ttft_s"] <= m["median_s"]
         assert m["slow"] == (m["speedup"] < result["slow_floor"]) and len(m["steps"][0]) == len(result["step_fields"])
+        assert p["modes"]["perfect"]["tokens"] == p["tokens"] and p["modes"]["perfect"]["end"] == p["end"]
     assert_bench_greedy(mode["identical"], [m for m in mode["mismatches"]])
     assert "p50_ratio" in proc.stdout and "[bench] reproduce: " in proc.stdout
+    assert "perfect (reference: perfect drafts at K=16, an upper bound, not a drafter)" in proc.stdout
+    assert "stop_at_suffix off" in proc.stdout and "--reference perfect --no-stop-at-suffix" in proc.stdout
+
+
+def test_bench_fim_flags_go_with_completion_requests_only():
+    """--reference perfect and --no-stop-at-suffix need FIM prompts, the decoding references do not take them;
+    refused before anything loads. By default completion requests stop at the suffix, as /infill."""
+    from app.cli import build_parser
+
+    assert build_parser().parse_args(["bench", "--suite", "fim"]).stop_at_suffix is True
+    proc = launcher("bench", "--suite", "code", "--reference", "perfect")
+    assert proc.returncode == 2 and "--reference perfect replays the plain completions" in proc.stderr
+    proc = launcher("bench", "--suite", "code", "--no-stop-at-suffix")
+    assert proc.returncode == 2 and "--no-stop-at-suffix is for completion requests" in proc.stderr
+    proc = launcher("bench", "--suite", "fim", "--reference", "bare")
+    assert proc.returncode == 2 and "their reference is --reference perfect" in proc.stderr
 
 
 def test_bench_fim_suite_on_a_pair_without_fim_tokens_is_a_clear_error(smol_paths):
