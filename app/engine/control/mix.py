@@ -64,6 +64,7 @@ PRIOR_TRIALS_L = 2.0
 FORGET_L = 0.95  # per judged lookup proposal: a bucket follows its last ~20 proposals
 Z = 0.5  # the optimism of an upper confidence bound, in standard errors
 MARGIN = 0.02  # a lookup proposal must beat a plain step by 2 % (as the draft model must: draftlen.py)
+RISK = 0.02  # a generation's lookup proposals may lose at most this share of its time so far, plus what they won
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,32 @@ class LookupAcceptance:
         judged = min(accepted + 1, proposed)
         self.accepted[b] = self.accepted[b] * FORGET_L + accepted
         self.trials[b] = self.trials[b] * FORGET_L + judged
+
+
+class LookupRisk:
+    """What one generation's lookup proposals may still lose. A match that breaks after its first token costs a
+    verify pass of its length for one token: on a compute-bound CPU a 17-token pass costs 7 plain steps, and
+    a bucket's acceptance, however well measured over many replies, is a gamble on this one. So a proposal's
+    worst case (all of it rejected: ``t_v(n + 1) - t_v(1)`` more than a plain step) must fit in ``RISK`` of the
+    generation's time so far plus what its earlier proposals won (their losses subtracted): however the gambles
+    fall, lookup makes a reply at most about ``RISK`` slower than plain decoding, and proposals start short and
+    grow as they pay, as a copy does (a slow start, after TCP's)."""
+
+    def __init__(self, started: float):
+        self.started = started  # when the generation began (its prefill included)
+        self.won = 0.0  # seconds its judged proposals saved over plain steps (negative: lost)
+
+    def judged(self, tv: Callable[[int], float], proposed: int, kept: int) -> None:
+        """A pass that carried ``proposed`` lookup tokens alone kept ``kept`` of them."""
+        self.won += (kept + 1) * tv(1) - tv(proposed + 1)
+
+    def longest(self, tv: Callable[[int], float], now: float, n_max: int) -> int:
+        """The longest proposal (up to ``n_max``) whose worst case fits what may still be lost at ``now``."""
+        allowance = RISK * (now - self.started) + self.won
+        n = 0
+        while n < n_max and tv(n + 2) - tv(1) <= allowance:
+            n += 1
+        return n
 
 
 def expected_mixed(alpha_l: float, n_l: int, alpha_d: float = 0.0, n_d: int = 0) -> float:

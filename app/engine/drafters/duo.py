@@ -39,7 +39,7 @@ import numpy as np
 
 from app.engine.decoding.coupled import GumbelNoise
 from app.engine.control.draftlen import DraftLength
-from app.engine.control.mix import Choice, LookupAcceptance, choose, hand_over, reading
+from app.engine.control.mix import Choice, LookupAcceptance, LookupRisk, choose, hand_over, reading
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.protocol import Draft, ProposerBase, end_of_reply
 from app.engine.drafters.readcost import ReadCosts
@@ -67,6 +67,7 @@ class Proposal:
     begin: int
     match_len: int
     src: tuple = ()
+    alone: bool = False  # the pass carried these lookup tokens and nothing else (LookupRisk judges it)
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,14 @@ class DuoProposer(ProposerBase):
         self.last_choice = Choice()
         self._run = 0  # steps in a row the draft model drafted, so far
         self._regret = 0.0  # seconds the plain steps since it last drafted lost against it (mix.choose)
+        self.risk = LookupRisk(time.perf_counter())
 
     def bind(self, length: DraftLength) -> None:
         """The draft-length controller of this generation (the loop re-tests a pause on the draft model's
-        acceptance at its start, ``retest_tokens``: that acceptance was measured on another text)."""
+        acceptance at its start, ``retest_tokens``: that acceptance was measured on another text), bound before
+        its prefill: what lookup may lose is counted from here (``LookupRisk``)."""
         self.length = length
+        self.risk = LookupRisk(time.perf_counter())
 
     def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
         self.draft.begin(prompt, warm)
@@ -163,7 +167,8 @@ class DuoProposer(ProposerBase):
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
                     lookup=len(lookup))
         if lookup:
-            self._last.append(Proposal(len(history), tuple(lookup), 0, match.length, src[:len(lookup)]))
+            self._last.append(Proposal(len(history), tuple(lookup), 0, match.length, src[:len(lookup)],
+                                       alone=choice.draft == 0))
         if choice.draft > 0:
             handoff = self._handoff(prices, len(history), lookup, choice.draft, k) if prices is not None else None
             d = self.draft.propose(list(history) + lookup, choice.draft, sampler, rng, sample, noise=noise,
@@ -200,6 +205,8 @@ class DuoProposer(ProposerBase):
         if prices is None:  # a fixed K: no costs measured to weigh; a long match is taken, else the draft model
             return Choice(lookup=n_avail) if n_avail and match.length >= FIXED_MIN_MATCH else Choice(draft=k_d)
         p = prices
+        if n_avail:  # no longer than what this generation's lookup may still lose (LookupRisk)
+            n_avail = self.risk.longest(p.tv, time.perf_counter(), n_avail)
         return choose(p.tv, alpha_l=self.acceptance.optimistic(match.length) if match is not None else 0.0,
                       n_avail=n_avail, k_d=k_d, alpha_d=p.alpha_d, t_d=p.t_d, t_c=p.t_c,
                       can_extend=n_avail < k and not ends,
@@ -261,6 +268,8 @@ class DuoProposer(ProposerBase):
             if kept < len(p.tokens) and broke < len(p.src) and p.src[broke] is not None:
                 self.rewrites.broke(p.src[broke], p.start + kept)  # the reply left the source here
             self.acceptance.record(p.match_len, len(p.tokens) - p.begin, broke)
+            if p.alone and self.length is not None and self.length.auto and self.length.measured():
+                self.risk.judged(self.length.verify(), len(p.tokens), kept)
 
     def memory(self) -> int:
         """Bytes held by the lookup index."""

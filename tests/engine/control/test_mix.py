@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.control.mix import BUCKETS, FORGET_L, Choice, LookupAcceptance, choose, expected_mixed, hand_over, reading
+from app.engine.control.mix import (BUCKETS, FORGET_L, RISK, Choice, LookupAcceptance, LookupRisk, choose, expected_mixed,
+                                     hand_over, reading)
 from app.engine.control.verifycost import VerifyCost
 from app.engine.stats import expected_tokens
 
@@ -85,3 +86,29 @@ def test_lookup_acceptance_is_learnt_per_match_length():
         acc.record(2, 4, 4)
     assert acc.alpha(40) < 0.2 and acc.alpha(2) > 0.8
     assert acc.bucket(BUCKETS[-1] + 100) == len(BUCKETS) - 1 and acc.bucket(0) == 0
+
+
+def test_lookups_gambles_lose_at_most_their_share_of_the_time_and_grow_as_they_pay():
+    """The 1.5B coder target on a 2-core CPU: a plain step 28 ms, a pass of n tokens 39 + 12 (n - 1) ms. A
+    request 2.5 s into its prefill may risk a 3-token proposal; each proposal that pays lets the next grow; one
+    that breaks shrinks it; and whatever falls, the losses stay within RISK of the time plus the winnings."""
+    tv = lambda n: 0.028 if n == 1 else 0.039 + 0.012 * (n - 1)  # noqa: E731
+    risk = LookupRisk(started=0.0)
+    first = risk.longest(tv, 2.5, 16)
+    assert 1 <= first <= 4 and tv(first + 2) - tv(1) > RISK * 2.5
+    risk.judged(tv, first, first)  # a copy: all kept
+    second = risk.longest(tv, 2.7, 16)
+    assert second > first
+    for _ in range(2):
+        risk.judged(tv, second, second)
+        second = risk.longest(tv, 3.0, 16)
+    assert second == 16  # a few proposals in, the copy runs at full length
+    broken = LookupRisk(started=0.0)
+    now, lost = 2.5, 0.0
+    for _ in range(50):  # every proposal breaks at its first token
+        n = broken.longest(tv, now, 16)
+        if n:
+            broken.judged(tv, n, 0)
+            lost += tv(n + 1) - tv(1)
+        now += tv(n + 1)
+    assert lost <= RISK * now + 1e-9
