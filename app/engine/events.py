@@ -70,6 +70,8 @@ class StepEvent:
     lookup: int = 0  # of ``drafted``, the first ``lookup`` came from prompt lookup (the rest from the draft model)
     lookup_accepted: int = 0  # of ``accepted``, those lookup tokens
     t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had not seen (a one-off)
+    wake: bool = False  # paused: ``t_draft`` timed draft tokens that were not proposed (re-measures the draft's cost)
+    free_probe: bool = False  # paused: this probe verified a free proposal (prompt lookup): the verify cost
 
 
 @dataclass(frozen=True)

@@ -308,13 +308,16 @@ class _Run:
         probe = spec is not None and length.probing and bool(draft.tokens)  # (a probe may find nothing)
         paused = spec is not None and length.paused and not draft.tokens
         why = length.limit() if paused else None  # why this step was plain (the update may resume drafting)
+        woke = spec is not None and k == 0 and bool(length.wake)  # (as ``draft`` read it: the update moves on)
+        free_probe = source is not None and source is self.free and bool(draft.tokens)
         mixed = self.mixes and source is spec  # lookup's tokens (before or after the model's) are free for the controller
         length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced, t_sync=draft.t_sync,
                       free=draft.lookup if mixed else 0, tail=draft.tail if mixed else 0)
         step_ev = StepEvent(step=self.step, drafted=len(draft.tokens), accepted=n, emitted=emitted,
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
                             paused=paused, probe=probe, limit=why, lookup=draft.lookup + draft.tail,
-                            lookup_accepted=draft.lookup_kept(n), t_sync=draft.t_sync)
+                            lookup_accepted=draft.lookup_kept(n), t_sync=draft.t_sync, wake=woke,
+                            free_probe=free_probe)
         self.stats.add(step_ev)
         self.step += 1
         return step_ev

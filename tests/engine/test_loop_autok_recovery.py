@@ -198,3 +198,20 @@ def test_busy_words_name_the_jump(clock):
         length.update(0, 0, 0.0, 6.0)
     assert length.jump() >= BUSY
     assert "busy: timings jumped 6x" in length._busy_words(length.jump())
+
+
+def test_a_wake_and_a_free_probe_say_so_in_their_steps(clock):
+    """The bench tells where a slow prompt's time went from the steps: a wake (the draft's cost re-measured by
+    timing tokens it does not propose) and a free probe (the verify cost re-measured with prompt lookup's
+    proposal) are marked as such, not guessed from their counts."""
+    target, draft = TimedTarget(clock, DEMO["a"], DEMO["b"]), TimedDraft(clock, 1.0)  # a draft token: a step
+    steps = steps_of(clock, DraftLength("auto", 16), target, draft, 400)
+    wakes = [s for s in steps if s.wake]
+    assert wakes and len(wakes) == draft.woken
+    assert all(s.paused and not s.probe and not s.free_probe and s.drafted == 0 and s.t_draft > 0 for s in wakes)
+
+    target, draft = TimedTarget(clock, 0.01, 1.0), TimedDraft(clock, DEMO["t_d"])  # no K pays, even a free draft
+    steps = steps_of(clock, DraftLength("auto", 16), target, draft, 400)
+    free = [s for s in steps if s.free_probe]
+    assert free and all(s.probe and not s.wake and s.drafted > 0 for s in free)
+    assert not any(s.wake for s in steps)
