@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
 from fastapi import APIRouter, FastAPI, Request
@@ -22,11 +21,11 @@ from fastapi.responses import JSONResponse, Response
 
 from app.chat.toolparse import ContentDelta, Delta, ToolCallDelta
 from app.engine.errors import TandemError
-from app.models import library
 from app.server import ollama_format as O
 from app.server.openai_api import IGNORED_HEADER, OpenAIApi
 from app.server.openai_run import Run, RunStream
 from app.server.openai_schema import RequestError, request_error
+from app.service import switch
 
 ROUTES = {"/api/version": ("GET",), "/api/tags": ("GET",), "/api/ps": ("GET",), "/api/show": ("POST",),
           "/api/chat": ("POST",), "/api/generate": ("POST",)}
@@ -59,23 +58,15 @@ class OllamaApi:
 
     # --- the model a request names ------------------------------------------------------------------------
 
-    def names(self) -> list[str]:
-        """Every name the loaded pair answers to: its id (as /v1/models lists it), its target's file, the library
-        ids of its target; each also with Ollama's default tag ``:latest``."""
-        state = self.api.state
-        if state.pair is None:
-            return []
-        target = state.pair.target.path
-        names = [self.api.model_id(), state.pair_id or "", target.name, target.stem]
-        names += [rec["id"] for rec in library.installed(with_meta=False) if _same(rec["path"], target)]
-        return [n for n in dict.fromkeys(names) if n]
-
-    def resolve(self, name: str) -> Optional[str]:
-        """The loaded pair's listed name if ``name`` names it, else None (the one check; a server that loads pairs
-        by name grows it here)."""
-        wanted = name.strip()
-        base = wanted[:-len(":latest")] if wanted.endswith(":latest") else wanted
-        return self.listed() if self.api.state.pair is not None and base in self.names() else None
+    def resolve(self, name: str) -> Optional[switch.Installed]:
+        """None for the loaded pair, else the installed pair ``name`` names (the same resolution as /v1's):
+        RequestError 400 without a name, 404 (Ollama's words) for a model that is not here."""
+        if not name.strip():
+            raise RequestError("model is required", param="model")
+        try:
+            return self.api.choice.resolve(name, self.api.model_id())
+        except switch.UnknownModel:
+            raise RequestError(f"model '{name}' not found", param="model", status=404) from None
 
     def listed(self) -> str:
         return f"{self.api.model_id()}:latest"
@@ -89,18 +80,6 @@ class OllamaApi:
         resp.headers.update({k: v for k, v in denied.headers.items() if k.lower() == "www-authenticate"})
         return resp
 
-    def _model(self, name: str) -> str:
-        """The listed name for ``name``; RequestError 400 with none, 404 (Ollama's words) for another model, 503
-        before a pair is loaded."""
-        if not name.strip():
-            raise RequestError("model is required", param="model")
-        if self.api.state.pair is None:
-            raise RequestError(self.api.state.load_error or "no pair is loaded yet", status=503)
-        found = self.resolve(name)
-        if found is None:
-            raise RequestError(f"model '{name}' not found", param="model", status=404)
-        return found
-
     # --- listings -----------------------------------------------------------------------------------------
 
     async def version(self, request: Request) -> Response:
@@ -110,8 +89,11 @@ class OllamaApi:
         refused = self._refused(request)
         if refused:
             return refused
-        pair = self.api.state.pair
-        return JSONResponse({"models": [O.tag_entry(self.listed(), pair)] if pair is not None else []})
+        state = self.api.state
+        loaded = [O.tag_entry(self.listed(), state.pair)] if state.pair is not None else []
+        others = [O.installed_entry(f"{p.id}:latest", p.files) for p in switch.installed_pairs()
+                  if state.pair is None or p.id != state.pair_id]
+        return JSONResponse({"models": loaded + others})  # the loaded pair first; the others load on request
 
     async def ps(self, request: Request) -> Response:
         refused = self._refused(request)
@@ -130,11 +112,15 @@ class OllamaApi:
             return refused
         try:
             body = O.parse(O.ShowBody, await self.api.guard.body(request))
-            self._model(body.model or body.name or "")
+            want = self.resolve(body.model or body.name or "")
         except TandemError as exc:  # a bad body, the body too big, an unknown model
             err = request_error(exc)
             return _error(str(err), err.status)
+        if want is not None and not want.is_loaded(self.api.state):  # its header's facts: showing loads nothing
+            return JSONResponse(O.show_installed(want.target, want.draft))
         pair = self.api.state.pair
+        if pair is None:
+            return _error(self.api.state.load_error or "no pair is loaded yet", 503)
         caps = ["completion", "tools"]  # a template that knows no tools gets llama.cpp's generic fallback
         if not pair.target.fim_tokens().missing():
             caps.append("insert")
@@ -161,14 +147,25 @@ class OllamaApi:
             if refused:
                 status = refused.status_code
                 return refused
-            body, kind, openai = self._translate(await self.api.guard.body(request), endpoint)
-            base = {"model": self._model(body.model), "created_at": O.stamp()}
-            headers = {IGNORED_HEADER: ", ".join(O.ignored(body))[:2000]} if O.ignored(body) else {}
-            if O.empty(body):
-                return JSONResponse(O.loaded(base, endpoint), headers=headers)  # Ollama's "load the model"
-            run, _ = self.api.prepare(json.dumps(openai).encode(), kind)
-            self.api.guard.drain.track(run.stop)
-            if not await run.begin(request):
+            body = O.parse(O.ChatBody if endpoint == "chat" else O.GenerateBody, await self.api.guard.body(request))
+            ticket = await self.api.choice.enter(self.resolve(body.model), request, self.api.guard.drain.refusal)
+            if ticket is None:
+                status = 499
+                return Response(status_code=499)
+            try:  # the named pair is loaded and stays so until this request holds the generation lock
+                base = {"model": self.listed(), "created_at": O.stamp()}
+                headers = {IGNORED_HEADER: ", ".join(O.ignored(body))[:2000]} if O.ignored(body) else {}
+                if self.api.state.pair is None:
+                    raise RequestError(self.api.state.load_error or "no pair is loaded yet", status=503)
+                if O.empty(body):
+                    return JSONResponse(O.loaded(base, endpoint), headers=headers)  # Ollama's "load the model"
+                kind, openai = self._translate(body, endpoint)
+                run, _ = self.api.prepare(json.dumps(openai).encode(), kind)
+                self.api.guard.drain.track(run.stop)
+                began = await run.begin(request)
+            finally:
+                self.api.choice.leave(ticket)
+            if not began:
                 status = 499
                 return Response(status_code=499)
             if body.stream is not False:
@@ -194,16 +191,13 @@ class OllamaApi:
             if not streaming:
                 record()
 
-    def _translate(self, raw: bytes, endpoint: str) -> tuple[Any, str, dict]:
-        """(the Ollama body, "chat" or "text", the OpenAI request it means)."""
+    def _translate(self, body: Any, endpoint: str) -> tuple[str, dict]:
+        """("chat" or "text", the OpenAI request the Ollama body means, for the loaded pair)."""
         pair = self.api.state.pair
         n_ctx = pair.target.n_ctx if pair is not None else 1
         if endpoint == "chat":
-            chat = O.parse(O.ChatBody, raw)
-            return chat, "chat", O.chat_request(chat, n_ctx)
-        gen = O.parse(O.GenerateBody, raw)
-        kind, openai = O.generate_request(gen, n_ctx)
-        return gen, kind, openai
+            return "chat", O.chat_request(body, n_ctx)
+        return O.generate_request(body, n_ctx)
 
     async def _lines(self, run: Run, endpoint: str, base: dict, t0: float) -> AsyncIterator[str]:
         model = base["model"]
@@ -244,15 +238,6 @@ def _deltas(run: Run, piece: str) -> list[Delta]:
         rest, run.reply = run.parser.finish()
         found += rest
     return found
-
-
-def _same(path: str, target: Path) -> bool:
-    try:
-        return target.resolve() == Path(path).resolve()
-    except OSError:
-        return False
-
-
 
 
 def mount(app: FastAPI, api: OpenAIApi) -> OllamaApi:

@@ -17,6 +17,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.chat.toolcalls import ToolCall
+from app.models import meta
+from app.models.ggufheader import GGUFError
 from app.server.openai_schema import RequestError
 
 Number = Union[StrictInt, float]
@@ -258,14 +260,52 @@ def _modified(path: Path) -> str:
 
 
 def tag_entry(name: str, pair: Any) -> dict:
-    """One model of ``/api/tags``: the pair under its name; size is both files'; the digest names the files (their
-    names, sizes and times: hashing gigabytes per listing would stall it)."""
-    files = [m.path for m in (pair.target, pair.draft) if m is not None]
+    """One model of ``/api/tags``: the loaded pair under its name."""
+    return _files_entry(name, [m.path for m in (pair.target, pair.draft) if m is not None], details(pair.target))
+
+
+def installed_entry(name: str, files: list[Path]) -> dict:
+    """One model of ``/api/tags``: an installed pair that is not loaded (its files, the target first), its details
+    from the target's header."""
+    return _files_entry(name, files, _header_details(files[0]))
+
+
+def _files_entry(name: str, files: list[Path], facts: dict) -> dict:
+    """size is both files'; the digest names the files (their names, sizes and times: hashing gigabytes per
+    listing would stall it)."""
     size = sum(p.stat().st_size for p in files)
     digest = hashlib.sha256("\n".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
                                       for p in files).encode()).hexdigest()
-    return {"name": name, "model": name, "modified_at": _modified(pair.target.path), "size": size, "digest": digest,
-            "details": details(pair.target)}
+    return {"name": name, "model": name, "modified_at": _modified(files[0]), "size": size, "digest": digest,
+            "details": facts}
+
+
+def _header_details(target: Path) -> dict:
+    try:
+        m, _ = meta.read(target)
+    except GGUFError:  # listed all the same; loading it would say what is wrong
+        return {"parent_model": "", "format": "gguf", "family": "", "families": None}
+    return {"parent_model": "", "format": "gguf", "family": m.architecture,
+            "families": [m.architecture] if m.architecture else None, "parameter_size": _size_label(m.params),
+            "quantization_level": m.quant}
+
+
+def show_installed(target: Path, draft: Optional[Path]) -> dict:
+    """``/api/show`` for an installed pair that is not loaded: what its target's header says (the template and
+    the context come once a request loads it)."""
+    facts = _header_details(target)
+    arch = facts["family"] or "unknown"
+    info: dict[str, Any] = {"general.architecture": arch, "tandem.target": target.name,
+                            "tandem.draft": draft.name if draft else None, "tandem.loaded": False}
+    try:
+        m, _ = meta.read(target)
+        info.update({"general.parameter_count": m.params, "general.name": m.name or target.stem,
+                     f"{arch}.context_length": m.context_length})
+    except GGUFError:
+        pass
+    return {"modelfile": f"# served by Tandem: target {target.name}" + (f", draft {draft.name}" if draft else ""),
+            "parameters": "", "template": "", "details": facts, "model_info": info,
+            "capabilities": ["completion", "tools"], "modified_at": _modified(target)}
 
 
 def show(pair: Any, describe: dict, capabilities: list[str]) -> dict:

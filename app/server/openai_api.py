@@ -25,11 +25,13 @@ from app.engine import limits
 from app.engine.decoding.infillcut import Rules, SuffixStop
 from app.server import openai_format as F, openai_schema as schema, openai_tools as T
 from app.server import infill
+from app.server.model_choice import Choice, entry, requested
 from app.server.openai_run import Run, RunStream
 from app.server.guard import Guard
 from app.service import settings as S
 from app.service.metrics import CONTENT_TYPE, Metrics
 from app.service.state import AppState
+from app.service.switch import installed_pairs
 
 IGNORED_HEADER = "x-tandem-ignored"  # the request fields Tandem did not use, comma-separated
 ROUTES = {"/v1/models": ("GET",), "/v1/chat/completions": ("POST",), "/v1/completions": ("POST",),
@@ -86,6 +88,7 @@ class OpenAIApi:
         self.guard = guard or Guard(check_host=self.api_key is None)  # origin, host, body size (guard.py)
         self.metrics = metrics or Metrics(state)
         self._limiter: Optional[anyio.CapacityLimiter] = None  # threads of queued requests, apart from Gradio's
+        self.choice = Choice(state)  # the pair a request names, loaded on demand (model_choice.py)
 
     def router(self) -> APIRouter:
         r = APIRouter()
@@ -119,6 +122,13 @@ class OpenAIApi:
         if denied:
             return denied
         found = [m for m in self._models() if m["id"] == model_id]
+        if not found:  # another name of a listed pair (a catalog id, a file name): that pair's entry
+            try:
+                pair = self.choice.resolve(model_id, self.model_id())
+            except Exception as exc:
+                return _error(schema.request_error(exc))
+            listed = self.model_id() if pair is None else pair.id
+            found = [m for m in self._models() if m["id"] == listed]
         if not found:
             return _error(schema.RequestError(f"the model {model_id!r} does not exist", param="model",
                                               code="model_not_found", status=404))
@@ -150,13 +160,15 @@ class OpenAIApi:
         return JSONResponse({"object": "list", "data": self._models()})
 
     def _models(self) -> list[dict]:
+        """The loaded pair first (``"loaded": true``), then every other installed pair (loaded on request)."""
         info = self.state.describe_pair()
+        others = [entry(p) for p in installed_pairs() if p.id != self.state.pair_id or not info["loaded"]]
         if not info["loaded"]:
-            return []
+            return others
         draft = info.get("draft")
         return [{"id": self.model_id(), "object": "model", "created": 0, "owned_by": "tandem",
-                 "target": info["target"]["file"], "draft": draft["file"] if draft else None,
-                 "n_ctx": info["n_ctx"], **({"standin": info["standin"]} if info.get("standin") else {})}]
+                 "target": info["target"]["file"], "draft": draft["file"] if draft else None, "loaded": True,
+                 "n_ctx": info["n_ctx"], **({"standin": info["standin"]} if info.get("standin") else {})}, *others]
 
     async def scrape(self, request: Request) -> Response:
         denied = self.denied(request)
@@ -191,9 +203,19 @@ class OpenAIApi:
             if denied:
                 status = denied.status_code
                 return denied
-            run, req = self.prepare(await self.guard.body(request), kind)
-            self.guard.drain.track(run.stop)
-            if not await run.begin(request):
+            raw = await self.guard.body(request)
+            ticket = await self.choice.enter(self.choice.resolve(requested(raw), self.model_id()), request,
+                                             self.guard.drain.refusal)
+            if ticket is None:
+                status = 499  # the client closed the connection while its pair was loading (nginx's code)
+                return Response(status_code=499)
+            try:  # the named pair is loaded and stays so until this request holds the generation lock
+                run, req = self.prepare(raw, kind)
+                self.guard.drain.track(run.stop)
+                began = await run.begin(request)
+            finally:
+                self.choice.leave(ticket)
+            if not began:
                 status = 499  # the client closed the connection while waiting (nginx's code)
                 return Response(status_code=499)
             closing = self.guard.drain.refusal()  # shut down while this request waited its turn
