@@ -17,6 +17,7 @@ from app.engine.decoding.sampling import SamplerSettings
 from app.engine.names import AUTO_K, ProposerName
 from app.lab.bench import NEAR_TIE, REFERENCES, BenchConfig, BenchResult, run_bench
 from app.lab.drafters import compare_drafters, format_comparison
+from app.lab.benchguard import words as where_words
 from app.lab.prompts import PromptFileError, has_infill, load_prompts, require_fim
 from app.lab.replay import PERFECT
 from app.models import standin
@@ -211,7 +212,8 @@ def format_table(r: BenchResult) -> str:
     for p in r.per_prompt:
         same = "-" if r.identical is None else ("yes" if p.identical else "NO")
         lines.append(f"{p.id[:20]:<20} {_f(p.baseline_tps, '.1f'):>9} {_f(p.spec_tps, '.1f'):>9} "
-                     f"{_f(p.speedup, '.2f', 'x'):>8} {_f(p.acceptance_rate, '.1%'):>7} "
+                     f"{_f(p.speedup, '.2f', 'x') + ('!' if p.where is not None else ''):>8} "
+                     f"{_f(p.acceptance_rate, '.1%'):>7} "
                      f"{_f(p.mean_accepted):>8} {_f(p.c):>5} {_f(p.v):>5} {_f(p.bound, '.2f', 'x'):>6} "
                      f"{_f(p.paused, '.0%'):>6} {same:>5}" + (f" {_f(p.lookup_share, '.0%'):>6}" if mixed else ""))
     lines.append("-" * len(head))
@@ -241,6 +243,9 @@ def format_table(r: BenchResult) -> str:
                      f"{_f(ref['ratio'], '.3f')}x (median of per-prompt ratios)")
         if ref["kind"] == "bare-spec":
             lines.append(f"reference bare-spec speedup over Tandem's plain decoding: {_f(ref['speedup'], '.2f', 'x')}")
+    if r.slow:
+        lines.append(f"! below {r.guard:.2f}x plain speed — where the speculative runs' time went against plain's:")
+        lines.extend(f"  {where_words(p.id, p.speedup, p.where)}" for p in r.per_prompt if p.where is not None)
     for m in r.mismatches:
         why = "a near-tie, which kernels may round either way" if m["gap"] < NEAR_TIE else "not a near-tie: a fault"
         lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g}:"

@@ -19,11 +19,13 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from app.engine.llama.backend import ContextFullError
-from app.engine.loop import GenConfig, run
+from app.engine.events import DoneEvent, StepEvent
+from app.engine.loop import GenConfig, generate
 from app.engine.names import ProposerName
 from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool
 from app.engine.summary import Summary
+from app.lab.benchguard import GUARD, flagged, where
 from app.lab.prompts import Prompt
 
 
@@ -31,6 +33,7 @@ from app.lab.prompts import Prompt
 class RunResult:
     tokens: list[int]
     stats: Summary
+    steps: list[StepEvent] = field(default_factory=list)
 
     @property
     def tps(self) -> float:
@@ -41,8 +44,15 @@ def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig, forget: bool = Tr
     """One generation from a cold cache (the prompt is processed afresh, and not timed); ``forget``: lookup
     remembers nothing of earlier runs either (a benchmark's runs must not find each other's replies)."""
     pair.reset(lookup=forget)
-    out, stats = run(pair.target, tokens, cfg, pair.proposer(cfg), length=pair.draft_length(cfg))
-    return RunResult(out, stats)
+    steps: list[StepEvent] = []
+    done: Optional[DoneEvent] = None
+    for ev in generate(pair.target, tokens, cfg, pair.proposer(cfg), length=pair.draft_length(cfg)):
+        if isinstance(ev, StepEvent):
+            steps.append(ev)
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return RunResult(list(done.tokens), done.stats, steps)
 
 
 # logits: where greedy speculation and plain decoding part, the target's top two must be closer than this. A
@@ -83,6 +93,7 @@ class BenchConfig:
     warmup: bool = True
     reference: Optional[str] = None  # also time a reference decoder (see reference.py), interleaved
     local: Optional[Pair] = None  # reference "local": the same pair on this machine alone (the bench's is split)
+    guard: float = GUARD  # prompts below this speedup are flagged with where their time went (benchguard.py)
 
 
 def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
@@ -114,7 +125,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
             order = order if r % 2 == 0 else order[::-1]
             for mode in order:
                 if cancel is not None and cancel.is_set():
-                    return _aggregate(per_prompt, spec_cfg, True, bcfg.reference, skipped, index_bytes)
+                    return _aggregate(per_prompt, spec_cfg, True, bcfg.reference, skipped, index_bytes, bcfg.guard)
                 if mode == "ref" and local:
                     local_plain.append(measure(bcfg.local, tokens, plain_cfg).tps)
                     ref_tps.append(measure(bcfg.local, tokens, spec_cfg).tps)
@@ -128,7 +139,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 done += ref_runs if mode == "ref" else 1
                 if progress:
                     progress(done, total, f"{prompt.id} {mode}")
-        row = _prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg)
+        row = _prompt_result(pair, prompt, tokens, plain_runs, spec_runs, spec_cfg, bcfg.guard)
         if bcfg.reference:
             ref = statistics.median(ref_tps)
             ours = row.baseline_tps if bcfg.reference == "bare" else row.spec_tps
@@ -139,7 +150,7 @@ def run_bench(pair: Pair, prompts: Sequence[Prompt], bcfg: BenchConfig,
                 row = replace(row, reference_plain_tps=plain,
                               reference_plain_ratio=row.baseline_tps / plain if plain else None)
         per_prompt.append(row)
-    out = _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped, index_bytes)
+    out = _aggregate(per_prompt, spec_cfg, False, bcfg.reference, skipped, index_bytes, bcfg.guard)
     return replace(out, draft_cache=draft_cache(pair, spec_cfg, shared_from))
 
 
@@ -243,6 +254,7 @@ class PromptRow:
     reference_speedup: Optional[float] = None
     reference_plain_tps: Optional[float] = None  # reference "local" only: plain decoding on this machine alone
     reference_plain_ratio: Optional[float] = None  # plain tokens/s split / local
+    where: Optional[dict] = None  # below GUARD only: where the speculative runs' time went (benchguard.where)
 
     def to_dict(self) -> dict:
         out = public_dict(self)
@@ -287,25 +299,28 @@ class BenchResult:
     lookup_share: Optional[float] = None  # of every accepted draft token, the share prompt lookup proposed
     lookup_index_bytes: Optional[int] = None  # proposer auto: the most its lookup index held after a run
     draft_cache: Optional[str] = None  # how the draft model came by the history: its own reading or the target's cache
+    slow: list = field(default_factory=list)  # ids of the prompts below GUARD × plain speed (each with its ``where``)
+    guard: float = GUARD
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), per_prompt=[p.to_dict() for p in self.per_prompt])
 
 
 def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[RunResult],
-                   spec: list[RunResult], cfg: GenConfig) -> PromptRow:
+                   spec: list[RunResult], cfg: GenConfig, guard: float = GUARD) -> PromptRow:
     base = statistics.median(r.tps for r in plain)
     spec_tps = statistics.median(r.tps for r in spec)
     s = pool([r.stats for r in spec])
     c, v, bound = costs(s, base)
     identical = all(r.tokens == plain[0].tokens for r in spec)
+    speedup = spec_tps / base if base else None
     mismatch = None
     if cfg.sampler.greedy and not identical:
         first_bad = next(r for r in spec if r.tokens != plain[0].tokens)
         mismatch = divergence(pair, tokens, plain[0].tokens, first_bad.tokens)
     return PromptRow(
         id=prompt.id, category=prompt.category, prompt=prompt.label,
-        baseline_tps=base, spec_tps=spec_tps, speedup=spec_tps / base if base else None,
+        baseline_tps=base, spec_tps=spec_tps, speedup=speedup,
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, alpha=s.alpha,
         mean_k=s.mean_k, per_position=s.per_position, histogram=s.histogram,
         c=c, v=v, bound=bound, identical=identical, mismatch=mismatch,
@@ -313,11 +328,12 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
         lookup_share=s.lookup_share if cfg.proposer != ProposerName.LOOKUP else None,
         tokens=len(plain[0].tokens), plain_runs=[r.tps for r in plain], spec_runs=[r.tps for r in spec],
         pooled=s,
+        where=where([e for r in spec for e in r.steps], [r.stats for r in plain]) if flagged(speedup, guard) else None,
     )
 
 
 def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, reference: Optional[str],
-               skipped: list, index_bytes: Optional[int] = None) -> BenchResult:
+               skipped: list, index_bytes: Optional[int] = None, guard: float = GUARD) -> BenchResult:
     pooled = pool([p.pooled for p in per_prompt]) if per_prompt else None
     speedup, bound = median([p.speedup for p in per_prompt]), median([p.bound for p in per_prompt])
     return BenchResult(
@@ -356,4 +372,5 @@ def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, refer
         skipped=skipped,
         lookup_share=pooled.lookup_share if pooled and cfg.proposer != ProposerName.LOOKUP else None,
         lookup_index_bytes=index_bytes,
+        slow=[p.id for p in per_prompt if p.where is not None], guard=guard,
     )

@@ -50,6 +50,42 @@ def test_bench_json_contract(tmp_path, smol_paths):
     assert "[bench] GPU layers:" in proc.stdout and "layers placed on the GPU" in proc.stdout
 
 
+def test_a_prompt_below_the_guard_is_flagged_with_where_its_time_went(smol_pair):
+    """Through the real bench on the demo pair, with a guard no prompt can pass (speed is never asserted): the
+    row's ``where`` agrees with the runs' own stats, its parts add up to the gap, the JSON lists the prompt as
+    slow, and the table marks it and says where its time went."""
+    from dataclasses import replace
+
+    from app.cli.bench import format_table
+    from app.engine.loop import GenConfig
+    from app.lab.bench import BenchConfig, run_bench
+    from app.lab.benchguard import GUARD, PARTS
+    from app.lab.prompts import Prompt
+
+    prompt = Prompt(id="colours", category="chat", prompt="The three primary colours are")
+    gen = GenConfig(max_tokens=16, k="auto", proposer="draft")
+    result = run_bench(smol_pair, [prompt], BenchConfig(gen=gen, warmup=False, guard=1e9))
+    row = result.per_prompt[0]
+    w = row.where
+    assert result.slow == ["colours"] and result.guard == 1e9 and w is not None
+    assert w["runs"] == 1 and w["spec_steps"] == row.pooled.steps and w["plain_steps"] >= row.tokens
+    assert w["spec_s"] == pytest.approx(row.pooled.t_total, abs=1e-3)
+    assert w["probes"] == row.pooled.probe_steps and w["lookup_kept"] == row.pooled.lookup_accepted
+    assert w["draft_passes"] == row.pooled.spec_steps and w["catch_up_s"] == pytest.approx(row.pooled.t_sync, abs=1e-3)
+    assert sum(w[key] for key, _ in PARTS) == pytest.approx(w["gap_s"], abs=1e-3)
+    out = json.loads(json.dumps(result.to_dict()))
+    assert out["slow"] == ["colours"] and out["per_prompt"][0]["where"] == w
+
+    table = format_table(result)
+    line = next(x for x in table.splitlines() if x.startswith("colours "))
+    assert "x!" in line
+    assert "below 1000000000.00x plain speed" in table and "\n  colours " in table and " s in all: " in table
+
+    unflagged = replace(result, slow=[], guard=GUARD, per_prompt=[replace(row, where=None)])
+    table = format_table(unflagged)
+    assert "x!" not in table and "plain speed" not in table
+
+
 def test_bench_lookup_with_reference(tmp_path, smol_paths):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "a b c d a b c d a b c d a b"}\n')

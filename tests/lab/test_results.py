@@ -21,11 +21,13 @@ BENCH_KEYS = ["baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_ac
               "mismatches", "c", "v", "bound", "efficiency", "paused", "limit", "k", "mean_k", "per_position",
               "histogram", "proposer", "temperature", "max_tokens", "partial", "reference", "per_prompt", "skipped",
               "lookup_share", "lookup_index_bytes",  # added since (two drafters at once) …
-              "draft_cache"]  # … and how the draft model came by the history (kvshare.py)
+              "draft_cache",  # … and how the draft model came by the history (kvshare.py) …
+              "slow", "guard"]  # … and the prompts below the guard (benchguard.py)
 ROW_KEYS = ["id", "category", "prompt", "baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted",
             "alpha", "mean_k", "per_position", "histogram", "c", "v", "bound", "identical", "mismatch", "paused",
             "limit", "tokens", "plain_runs", "spec_runs", "lookup_share"]
 REFERENCE_KEYS = ["reference_tps", "reference_ratio", "reference_speedup"]
+WHERE_KEYS = ["where"]  # null unless the prompt is below the guard
 CELL_KEYS = ["draft", "proposer", "draft_path", "k", "p_min", "speedup", "speedup_min", "speedup_max",
              "acceptance_rate", "mean_accepted", "alpha", "mean_k", "c", "v", "bound", "tps", "baseline_tps",
              "per_position", "paused", "limit", "prompts", "complete", "per_prompt"]
@@ -74,7 +76,7 @@ def test_bench_result_to_dict_is_the_bench_json_contract():
     rows = _bench_rows(cfg)
     skipped = [{"id": "p3", "category": "x", "error": "too long"}]
     out = bench._aggregate(rows, cfg, False, None, skipped).to_dict()
-    assert list(out) == BENCH_KEYS and all(list(p) == ROW_KEYS for p in out["per_prompt"])
+    assert list(out) == BENCH_KEYS and all(list(p) == ROW_KEYS + WHERE_KEYS for p in out["per_prompt"])
     assert {k: out[k] for k in BENCH_KEYS if k != "per_prompt"} == {
         "baseline_tps": 8.0, "spec_tps": 16.0, "speedup": 2.0, "acceptance_rate": 0.7142857142857143,
         "mean_accepted": 2.8181818181818183, "alpha": 0.8333333333333334, "identical": True, "mismatches": [],
@@ -82,19 +84,20 @@ def test_bench_result_to_dict_is_the_bench_json_contract():
         "paused": 0.2727272727272727, "limit": "drafting cannot pay here", "k": "auto", "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 4, 4], "proposer": "draft", "temperature": 0.0,
         "max_tokens": 8, "partial": False, "reference": None, "skipped": skipped, "lookup_share": 0.0,
-        "lookup_index_bytes": None, "draft_cache": None}
+        "lookup_index_bytes": None, "draft_cache": None, "slow": [], "guard": 0.95}
     assert out["per_prompt"][1] == {
         "id": "p2", "category": "chat", "prompt": "hi", "baseline_tps": 8.0, "spec_tps": 16.0, "speedup": 2.0,
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.0, "alpha": 0.8333333333333334, "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 2, 2], "c": 0.10714285714285714, "v": 1.0,
         "bound": 2.442611681028458, "identical": True, "mismatch": None, "paused": 0.2,
         "limit": "drafting cannot pay here", "tokens": 2, "plain_runs": [8.0, 8.0], "spec_runs": [16.0, 16.0],
-        "lookup_share": 0.0}
+        "lookup_share": 0.0, "where": None}
     assert json.loads(json.dumps(out)) == out  # plain JSON all the way down
 
     with_ref = [replace(rows[0], reference_tps=7.0, reference_ratio=0.5, reference_speedup=None), rows[1]]
     out = bench._aggregate(with_ref, cfg, True, "bare", []).to_dict()
-    assert list(out["per_prompt"][0]) == ROW_KEYS + REFERENCE_KEYS and list(out["per_prompt"][1]) == ROW_KEYS
+    assert list(out["per_prompt"][0]) == ROW_KEYS + REFERENCE_KEYS + WHERE_KEYS
+    assert list(out["per_prompt"][1]) == ROW_KEYS + WHERE_KEYS
     assert out["reference"] == {"kind": "bare", "tps": 7.0, "ratio": 0.5, "speedup": None,
                                 "compares": "plain tokens/s"}
     empty = bench._aggregate([], cfg, True, "bare-spec", []).to_dict()  # cancelled before the first prompt
