@@ -137,7 +137,18 @@ LAB_CSS = """
 #tdm-bench-status:has(.wrap:not(.hide)),#tdm-measure-note:has(.wrap:not(.hide)){min-height:80px}
 """
 
-CSS = TOKENS_CSS + CHAT_CSS + PANEL_CSS + RACE_CSS + LAB_CSS
+# WCAG AA (4.5:1) where Gradio's own colours fall short: the selected tab is drawn in the accent (emerald 500,
+# 2.5:1 on white), so light mode takes a darker shade of it; the tab bar wraps (``overflow_behavior="wrap"``)
+# and its buttons narrow on a phone so all five tabs show on one or two lines instead of behind "⋯"; there the
+# target and draft fields take a line each, so the model names are not cut.
+A11Y_CSS = """
+#tdm-tabs button[role=tab].selected{color:var(--primary-700)}
+.dark #tdm-tabs button[role=tab].selected{color:var(--primary-400)}
+@media (max-width:520px){#tdm-tabs button[role=tab]{padding:0 var(--size-2)}
+  #tdm-target,#tdm-draft{min-width:100%!important}}
+"""
+
+CSS = TOKENS_CSS + CHAT_CSS + PANEL_CSS + RACE_CSS + LAB_CSS + A11Y_CSS
 
 HEAD = """<script>
 (() => {
@@ -195,6 +206,8 @@ HEAD = """<script>
   document.addEventListener("mouseover", (e) => {
     const el = e.target.closest && e.target.closest(".tdm-tok");
     if (el && !el.title) el.title = [KIND[kindOf(el)] || "", ...facts(el)].join(" · ") + " (click for details)";
+    const pick = e.target.closest && e.target.closest("#tdm-target input, #tdm-draft input");
+    if (pick) pick.title = pick.value;  // the whole file name, where a narrow field cuts it
   });
   let atBottom = true;
   document.addEventListener("scroll", (e) => {
