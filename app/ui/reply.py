@@ -45,8 +45,25 @@ def visible(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
-def span(tokens: Sequence[dict], i: int, body: str, extra: str = "") -> str:
-    """One run of token ``i``'s text; the data attributes feed the inspector (positions count from 1)."""
+KIND_WORDS = {"accepted": "accepted draft", "corrected": "target-corrected", "bonus": "bonus", "plain": "plain"}
+
+
+def label(tok: dict) -> str:
+    """What a screen reader says for a focused token: its text, its kind and which drafter proposed it (the
+    page script says the same for the token the arrow keys move to)."""
+    who = {Drafter.LOOKUP: ", proposed by prompt lookup", Drafter.MODEL: ", proposed by the draft model"}
+    return f'{tok["t"].strip() or "whitespace"}: {KIND_WORDS.get(tok["k"], tok["k"])}{who.get(tok.get("w"), "")}'
+
+
+# A reply is one tab stop: its first token span has tabindex 0 and the arrow keys move along the others (a roving
+# tabindex, in the page script), so a 400-token reply adds one stop to the Tab order, not 400, and no attributes
+# to the tokens that are not focused.
+STOP = ' tabindex="0" role="button"'
+
+
+def span(tokens: Sequence[dict], i: int, body: str, extra: str = "", stop: bool = False) -> str:
+    """One run of token ``i``'s text; the data attributes feed the inspector (positions count from 1);
+    ``stop``: the reply's tab stop (see STOP)."""
     tok = tokens[i]
     attrs = f' data-s="{tok["s"] + 1}"'
     if tok.get("p") is not None:
@@ -59,6 +76,8 @@ def span(tokens: Sequence[dict], i: int, body: str, extra: str = "") -> str:
     if who:
         attrs += f' data-w="{esc(who)}"'
     lookup = " tdm-lookup" if who == Drafter.LOOKUP else ""
+    if stop:
+        attrs += f'{STOP} aria-label="{esc(label(tok))}"'
     return f'<span class="tdm-tok tdm-{esc(tok["k"])}{lookup}"{attrs}{extra}>{body}</span>'
 
 
@@ -71,6 +90,7 @@ class _Colourer:
         self.src = "".join(t["t"] for t in tokens)
         self.owner = [i for i, t in enumerate(tokens) for _ in t["t"]]
         self.pos = 0
+        self.stopped = False  # the reply's tab stop is written (the first token span)
 
     def owners(self, piece: str) -> list[Optional[int]]:
         out: list[Optional[int]] = []
@@ -97,8 +117,13 @@ class _Colourer:
             while j < len(piece) and owners[j] == owners[i]:
                 j += 1
             body = esc(piece[i:j])
-            parts.append(body if owners[i] is None else
-                         span(self.tokens, owners[i], body, self.extra(owners[i]) if self.extra else ""))
+            owner = owners[i]
+            if owner is None:
+                parts.append(body)
+            else:
+                parts.append(span(self.tokens, owner, body, self.extra(owner) if self.extra else "",
+                                  stop=not self.stopped))
+                self.stopped = True
             i = j
         return "".join(parts)
 
@@ -157,7 +182,8 @@ def render(tokens: Sequence[dict], cursor: bool = False, extra: Optional[Callabl
 def spans_html(tokens: Sequence[dict], cursor: bool = False, empty: str = "") -> str:
     """Tokens as coloured spans in a monospace box, without Markdown (the token text exactly as generated)."""
     if tokens:
-        body = "".join(span(tokens, i, esc(t["t"])) for i, t in enumerate(tokens) if t["t"])
+        shown = [i for i, t in enumerate(tokens) if t["t"]]
+        body = "".join(span(tokens, i, esc(tokens[i]["t"]), stop=i == shown[0]) for i in shown)
     else:
         body = f'<span class="tdm-empty">{esc(empty)}</span>' if empty else ""
     return f'<div class="tdm-tokens">{body}{CURSOR if cursor else ""}</div>'

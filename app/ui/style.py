@@ -203,6 +203,28 @@ HEAD = """<script>
     if (!(e.target.closest && e.target.closest("#tdm-inspector"))) popup().hidden = true;
   });
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") popup().hidden = true; });
+  // A reply's tokens are one tab stop (reply.py's STOP): Left/Right/Home/End move it along the reply's tokens,
+  // Enter or Space opens the inspector on the focused one.
+  const said = (el) => (el.textContent.trim() || "whitespace") + ": " + (KIND[kindOf(el)] || kindOf(el)) +
+    (el.dataset.w === "lookup" ? ", proposed by prompt lookup" : el.dataset.w ? ", proposed by the draft model" : "");
+  const STEP = {ArrowRight: 1, ArrowLeft: -1, Home: -1e9, End: 1e9};
+  document.addEventListener("keydown", (e) => {
+    const el = e.target;
+    if (!(el.matches && el.matches(".tdm-conv .tdm-tok, .tdm-tokens .tdm-tok"))) return;
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      if (!document.body.classList.contains("tdm-nocolour")) show(el);
+      return;
+    }
+    if (!(e.key in STEP) || e.altKey || e.ctrlKey || e.metaKey) return;
+    e.preventDefault();
+    const all = Array.from(el.closest(".tdm-bubble, .tdm-tokens").querySelectorAll(".tdm-tok"));
+    const to = all[Math.max(0, Math.min(all.length - 1, all.indexOf(el) + STEP[e.key]))];
+    if (to === el) return;
+    el.tabIndex = -1; el.removeAttribute("role"); el.removeAttribute("aria-label");
+    to.tabIndex = 0; to.setAttribute("role", "button"); to.setAttribute("aria-label", said(to));
+    to.focus();
+  });
   document.addEventListener("mouseover", (e) => {
     const el = e.target.closest && e.target.closest(".tdm-tok");
     if (el && !el.title) el.title = [KIND[kindOf(el)] || "", ...facts(el)].join(" · ") + " (click for details)";
