@@ -288,7 +288,8 @@ def test_every_place_the_pair_is_shown_says_it_is_a_stand_in(x2, smol_paths, smo
             assert shown in _header(served.state) and shown in info_html(served.state)
             status, _, body = served.get("/v1/models")
             assert status == 200 and json.loads(body)["data"][0]["standin"] == caption
-            reply = served.client().completions.create(model="x", prompt="Once upon a time", max_tokens=4)
+            reply = served.client().completions.create(model="demo-smollm2-x2", prompt="Once upon a time",
+                                                       max_tokens=4)
             assert reply.model_extra["stats"]["standin"] == caption
         finally:
             served.close()

@@ -13,7 +13,7 @@ ASK = [{"role": "user", "content": "Say hi."}]
 
 
 def _chat(client, **kw):
-    return client.chat.completions.create(model="x", messages=ASK, temperature=0, **kw)
+    return client.chat.completions.create(model="demo-smollm2", messages=ASK, temperature=0, **kw)
 
 
 @pytest.mark.parametrize("speculative", [True, False])
@@ -36,10 +36,10 @@ def test_ignore_eos_and_min_tokens_on_chat(api, speculative):
 def test_ignore_eos_on_completions(api):
     client = api.client()
     prompt = "The capital of France is Paris.<|im_end|>"
-    out = client.completions.create(model="x", prompt=prompt, max_tokens=32, temperature=0.7, seed=3,
+    out = client.completions.create(model="demo-smollm2", prompt=prompt, max_tokens=32, temperature=0.7, seed=3,
                                     extra_body={"ignore_eos": True})
     assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 32
-    held = client.completions.create(model="x", prompt=prompt, max_tokens=64, temperature=0, stream=True,
+    held = client.completions.create(model="demo-smollm2", prompt=prompt, max_tokens=64, temperature=0, stream=True,
                                      stream_options={"include_usage": True}, extra_body={"min_tokens": 20})
     chunks = list(held)
     assert chunks[-1].usage.completion_tokens >= 20
@@ -54,7 +54,7 @@ def test_ignore_eos_on_completions(api):
 def test_bad_length_controls_are_400s_naming_the_field(api, extra, param):
     client = api.client()
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="x", messages=ASK, **({"max_tokens": extra.pop("max_tokens")}
+        client.chat.completions.create(model="demo-smollm2", messages=ASK, **({"max_tokens": extra.pop("max_tokens")}
                                                                   if "max_tokens" in extra else {}),
                                        extra_body=extra)
     assert err.value.body["param"] == param
@@ -63,12 +63,12 @@ def test_bad_length_controls_are_400s_naming_the_field(api, extra, param):
 def test_cached_tokens_are_reported(api):
     client = api.client()
     ask = [{"role": "user", "content": "List three colours of the rainbow, one per line, no more."}]
-    first = client.chat.completions.create(model="x", messages=ask, temperature=0, max_tokens=8)
-    again = client.chat.completions.create(model="x", messages=ask, temperature=0, max_tokens=8)
+    first = client.chat.completions.create(model="demo-smollm2", messages=ask, temperature=0, max_tokens=8)
+    again = client.chat.completions.create(model="demo-smollm2", messages=ask, temperature=0, max_tokens=8)
     details = again.usage.prompt_tokens_details
     assert details is not None and 0 < details.cached_tokens < again.usage.prompt_tokens
     assert details.cached_tokens == again.model_extra["timings"]["cache_n"]
     assert first.usage.prompt_tokens_details.cached_tokens == first.model_extra["timings"]["cache_n"]
-    streamed = list(client.chat.completions.create(model="x", messages=ask, temperature=0, max_tokens=8, stream=True,
-                                                   stream_options={"include_usage": True}))
+    streamed = list(client.chat.completions.create(model="demo-smollm2", messages=ask, temperature=0, max_tokens=8,
+                                                   stream=True, stream_options={"include_usage": True}))
     assert streamed[-1].usage.prompt_tokens_details.cached_tokens > 0

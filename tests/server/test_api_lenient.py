@@ -23,7 +23,8 @@ def test_unknown_fields_are_ignored_and_named(api):
     named = set(raw.headers["x-tandem-ignored"].split(", "))
     assert {"metadata", "store", "cache_prompt", "return_token_ids", "dry_multiplier"} <= named
     assert raw.parse().choices[0].message.content
-    out = client.chat.completions.with_raw_response.create(model="x", messages=ASK, max_tokens=2, temperature=0)
+    out = client.chat.completions.with_raw_response.create(model="demo-smollm2", messages=ASK, max_tokens=2,
+                                                           temperature=0)
     assert "x-tandem-ignored" not in out.headers  # nothing ignored, no header
 
 
@@ -51,15 +52,15 @@ def test_unknown_routes_and_methods_get_openai_errors(api, path, method, status)
 def test_timings_count_only_processed_prompt_tokens(api):
     client = api.client()
     ask = [{"role": "user", "content": "Write one sentence about the moon and the sea."}]
-    client.chat.completions.create(model="x", messages=ask, max_tokens=2, temperature=0)
-    again = client.chat.completions.create(model="x", messages=ask, max_tokens=2, temperature=0)
+    client.chat.completions.create(model="demo-smollm2", messages=ask, max_tokens=2, temperature=0)
+    again = client.chat.completions.create(model="demo-smollm2", messages=ask, max_tokens=2, temperature=0)
     timings = again.model_extra["timings"]
     assert timings["cache_n"] > 0 and timings["prompt_n"] >= 1
     assert timings["cache_n"] + timings["prompt_n"] == again.usage.prompt_tokens
 
 
 def test_first_stream_chunk_carries_the_role_alone(api):
-    chunks = list(api.client().chat.completions.create(model="x", messages=ASK, max_tokens=4, temperature=0,
+    chunks = list(api.client().chat.completions.create(model="demo-smollm2", messages=ASK, max_tokens=4, temperature=0,
                                                        stream=True))
     first = chunks[0].choices[0].delta
     assert first.role == "assistant" and not first.content
@@ -70,5 +71,5 @@ def test_first_stream_chunk_carries_the_role_alone(api):
 def test_two_assistant_turns_in_a_row_are_refused(api):
     msgs = ASK + [{"role": "assistant", "content": "Apple."}, {"role": "assistant", "content": "Pear."}]
     with pytest.raises(openai.BadRequestError) as err:
-        api.client().chat.completions.create(model="x", messages=msgs, max_tokens=2)
+        api.client().chat.completions.create(model="demo-smollm2", messages=msgs, max_tokens=2)
     assert err.value.body["param"] == "messages[2]"

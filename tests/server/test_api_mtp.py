@@ -32,4 +32,4 @@ def test_api_mtp_proposer_equals_plain(mtp_api):
 
 def test_api_mtp_refused_without_a_head(api):
     with pytest.raises(openai.BadRequestError, match="no MTP"):
-        api.client().completions.create(model="x", prompt="Hi", max_tokens=4, extra_body={"proposer": "mtp"})
+        api.client().completions.create(model="demo-smollm2", prompt="Hi", max_tokens=4, extra_body={"proposer": "mtp"})

@@ -29,7 +29,7 @@ def test_json_schema_validates_and_speculation_changes_nothing_at_t0(api):
     client = api.client()
     texts, replies = [], []
     for extra in ({"speculative": False}, {"k": 4}, {"k": "auto"}):
-        out = greedy(client.chat.completions.create, top=5, model="x", messages=ASK, max_tokens=120,
+        out = greedy(client.chat.completions.create, top=5, model="demo-smollm2", messages=ASK, max_tokens=120,
                      response_format=FORMAT, extra_body=extra)
         assert out.choices[0].finish_reason == "stop"
         validate(json.loads(out.choices[0].message.content), CAT)
@@ -37,21 +37,21 @@ def test_json_schema_validates_and_speculation_changes_nothing_at_t0(api):
         replies.append(out)
     for spec in replies[1:]:  # equal to plain, up to a near-tie among the tokens the grammar allowed
         assert_same_masked(replies[0], spec, "speculative against plain under a schema")
-    streamed = client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=120,
+    streamed = client.chat.completions.create(model="demo-smollm2", messages=ASK, temperature=0, max_tokens=120,
                                               response_format=FORMAT, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) in texts
 
 
 def test_json_object_and_the_llamacpp_fields(api):
     client = api.client()
-    out = client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=80,
+    out = client.chat.completions.create(model="demo-smollm2", messages=ASK, temperature=0, max_tokens=80,
                                          response_format={"type": "json_object"})
     assert isinstance(json.loads(out.choices[0].message.content), dict)
-    out = client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=80,
+    out = client.chat.completions.create(model="demo-smollm2", messages=ASK, temperature=0, max_tokens=80,
                                          extra_body={"json_schema": CAT})
     validate(json.loads(out.choices[0].message.content), CAT)
-    out = client.completions.create(model="x", prompt="Is the sky blue? Answer:", temperature=0, max_tokens=8,
-                                    extra_body={"grammar": 'root ::= " yes" | " no"'})
+    out = client.completions.create(model="demo-smollm2", prompt="Is the sky blue? Answer:", temperature=0,
+                                    max_tokens=8, extra_body={"grammar": 'root ::= " yes" | " no"'})
     assert out.choices[0].text in (" yes", " no")
 
 
@@ -64,7 +64,7 @@ def test_json_object_and_the_llamacpp_fields(api):
 ])
 def test_bad_formats_are_400s_naming_the_field(api, body, param):
     with pytest.raises(openai.BadRequestError) as err:
-        api.client().chat.completions.create(model="x", messages=ASK, max_tokens=4, extra_body=body)
+        api.client().chat.completions.create(model="demo-smollm2", messages=ASK, max_tokens=4, extra_body=body)
     assert err.value.body["param"] == param, err.value.body
 
 
@@ -82,7 +82,7 @@ def _reference(api, prompt: list[int], n: int) -> list[np.ndarray]:
 
 def test_chat_logprobs_of_greedy_tokens_are_the_targets_log_softmax(api):
     ask = [{"role": "user", "content": "Count from one to ten in words."}]
-    out = api.client().chat.completions.create(model="x", messages=ask, temperature=0, max_tokens=16,
+    out = api.client().chat.completions.create(model="demo-smollm2", messages=ask, temperature=0, max_tokens=16,
                                              logprobs=True, top_logprobs=5, extra_body={"k": 4})
     content = out.choices[0].logprobs.content
     assert len(content) == out.usage.completion_tokens == 16
@@ -100,17 +100,18 @@ def test_chat_logprobs_of_greedy_tokens_are_the_targets_log_softmax(api):
 
 def test_completion_logprobs_in_the_legacy_format(api):
     client = api.client()
-    out = client.completions.create(model="x", prompt="One, two, three,", temperature=0, max_tokens=6, logprobs=3)
+    out = client.completions.create(model="demo-smollm2", prompt="One, two, three,", temperature=0, max_tokens=6,
+                                    logprobs=3)
     lp = out.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
     assert "".join(lp.tokens) == out.choices[0].text
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(6)]
     assert all(len(top) <= 3 and max(top.values()) == pytest.approx(v, abs=1e-4)
                for top, v in zip(lp.top_logprobs, lp.token_logprobs))
-    streamed = client.completions.create(model="x", prompt="One, two, three,", temperature=0, max_tokens=6,
+    streamed = client.completions.create(model="demo-smollm2", prompt="One, two, three,", temperature=0, max_tokens=6,
                                          logprobs=3, stream=True)
     tokens = [t for c in streamed if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
     assert tokens == lp.tokens
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+        client.chat.completions.create(model="demo-smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
                                        logprobs=True, top_logprobs=21)

@@ -51,7 +51,8 @@ def _streamed(client, **kw) -> tuple[str, dict, list]:
 def test_auto_tool_calls_come_back_as_tool_calls(qwen, form):
     client = qwen.client()
     ask, city = ASKS[form]
-    kw = dict(model="x", messages=_ask(ask), tools=[WEATHER], tool_choice="auto", temperature=0, max_tokens=120)
+    kw = dict(model="qwen25-coder-05b", messages=_ask(ask), tools=[WEATHER], tool_choice="auto", temperature=0,
+              max_tokens=120)
     out = client.chat.completions.create(**kw)
     msg = out.choices[0].message
     assert out.choices[0].finish_reason == "tool_calls", msg
@@ -66,8 +67,8 @@ def test_auto_tool_calls_come_back_as_tool_calls(qwen, form):
 @pytest.mark.parametrize("form", ["bare", "fenced"])
 def test_a_call_cut_by_max_tokens_never_leaks_into_content(qwen, form):
     client = qwen.client()
-    kw = dict(model="x", messages=_ask(ASKS[form][0]), tools=[WEATHER], tool_choice="auto", temperature=0,
-              max_tokens=12)
+    kw = dict(model="qwen25-coder-05b", messages=_ask(ASKS[form][0]), tools=[WEATHER], tool_choice="auto",
+              temperature=0, max_tokens=12)
     out = client.chat.completions.create(**kw)
     msg = out.choices[0].message
     assert out.choices[0].finish_reason == "length"

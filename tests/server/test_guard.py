@@ -53,7 +53,7 @@ def base():
 
 def test_cross_origin_text_plain_post_is_refused_and_runs_nothing(base):
     before = _generations(base)
-    body = json.dumps({"model": "x", "messages": ASK, "max_tokens": 4}).encode()
+    body = json.dumps({"model": "demo-smollm2", "messages": ASK, "max_tokens": 4}).encode()
     status, err = _post(base + "v1/chat/completions", body,
                         {"Content-Type": "text/plain", "Origin": "https://evil.example"})
     assert status == 403 and err["error"]["code"] == "forbidden" and "evil.example" in err["error"]["message"]
@@ -61,7 +61,7 @@ def test_cross_origin_text_plain_post_is_refused_and_runs_nothing(base):
 
 
 def test_forged_host_is_refused(base):
-    body = json.dumps({"model": "x", "prompt": "The sky is", "max_tokens": 2}).encode()
+    body = json.dumps({"model": "demo-smollm2", "prompt": "The sky is", "max_tokens": 2}).encode()
     status, err = _post(base + "v1/completions", body, {"Content-Type": "application/json",
                                                           "Host": "rebind.evil.example"})
     assert status == 403 and "rebind.evil.example" in err["error"]["message"]
@@ -69,11 +69,11 @@ def test_forged_host_is_refused(base):
 
 def test_same_origin_and_clients_still_work(base):
     own = base.rstrip("/")
-    body = json.dumps({"model": "x", "prompt": "The sky is", "max_tokens": 2, "temperature": 0}).encode()
+    body = json.dumps({"model": "demo-smollm2", "prompt": "The sky is", "max_tokens": 2, "temperature": 0}).encode()
     status, out = _post(base + "v1/completions", body, {"Content-Type": "application/json", "Origin": own})
     assert status == 200 and out["usage"]["completion_tokens"] == 2
     client = openai.OpenAI(base_url=base + "v1", api_key="unused", max_retries=0, timeout=120)
-    assert client.completions.create(model="x", prompt="Hi", max_tokens=2).usage.completion_tokens == 2
+    assert client.completions.create(model="demo-smollm2", prompt="Hi", max_tokens=2).usage.completion_tokens == 2
     assert gradio_client.Client(base, verbose=False).view_api(return_format="dict")  # the UI's own routes
 
 
@@ -114,13 +114,13 @@ def test_big_chunked_body_is_refused_at_the_cap(base):
 
 def test_80000_turns_are_refused_before_the_lock_and_hi_is_answered(base):
     turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word"} for i in range(80_000)]
-    big = json.dumps({"model": "x", "messages": turns, "max_tokens": 2}).encode()
+    big = json.dumps({"model": "demo-smollm2", "messages": turns, "max_tokens": 2}).encode()
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(
         big=_post(base + "v1/chat/completions", big, {"Content-Type": "application/json"})))
     t.start()
     client = openai.OpenAI(base_url=base + "v1", api_key="unused", max_retries=0, timeout=120)
-    hi = client.chat.completions.create(model="x", messages=ASK, max_tokens=2)
+    hi = client.chat.completions.create(model="demo-smollm2", messages=ASK, max_tokens=2)
     t.join(120)
     assert hi.usage.completion_tokens >= 1
     status, err = result["big"]

@@ -76,10 +76,11 @@ def check_stats(stats: dict, timings: dict, usage) -> None:
     assert stats["time_to_first_token"] > 0 and timings["prompt_n"] + timings["cache_n"] == usage.prompt_tokens
 
 
-def test_models_lists_the_loaded_pair(client):
+def test_models_lists_the_loaded_pair_first(client):
     models = client.models.list().data
-    assert [m.id for m in models] == ["demo-smollm2"]
+    assert models[0].id == "demo-smollm2" and models[0].model_extra["loaded"]
     assert models[0].model_extra["draft"].endswith(".gguf")
+    assert not any(m.model_extra["loaded"] for m in models[1:])  # the other installed pairs
 
 
 def test_chat_equals_the_chat_endpoint_streamed_and_not(base, client):
@@ -106,18 +107,18 @@ def test_chat_equals_the_chat_endpoint_streamed_and_not(base, client):
 
 
 def test_completions_with_speculative_settings_and_stop(client):
-    plain = greedy(client.completions.create, model="x", prompt="def add(a, b):", max_tokens=12,
+    plain = greedy(client.completions.create, model="demo-smollm2", prompt="def add(a, b):", max_tokens=12,
                    extra_body={"speculative": False})
     stats = plain.model_extra["stats"]
     assert stats["speculative"] is False and "total_draft_tokens_count" not in stats
     assert plain.model_extra["timings"]["draft_n"] == 0
-    spec = greedy(client.completions.create, model="x", prompt="def add(a, b):", max_tokens=12,
+    spec = greedy(client.completions.create, model="demo-smollm2", prompt="def add(a, b):", max_tokens=12,
                   extra_body={"k": 3, "proposer": "draft", "p_min": 0.0})
     # greedy speculation reproduces the target's output: its own choices, and plain's up to a near-tie
     assert_same_greedy_text(plain.choices[0].text, spec, "speculative against plain")
     assert spec.model_extra["stats"]["total_draft_tokens_count"] > 0
     cut = spec.choices[0].text[3:6]
-    stopped = client.completions.create(model="x", prompt="def add(a, b):", temperature=0, max_tokens=12,
+    stopped = client.completions.create(model="demo-smollm2", prompt="def add(a, b):", temperature=0, max_tokens=12,
                                         stop=[cut])
     assert stopped.choices[0].text == spec.choices[0].text[:spec.choices[0].text.index(cut)]
     assert stopped.choices[0].finish_reason == "stop"
@@ -128,7 +129,8 @@ def test_completions_with_speculative_settings_and_stop(client):
 def test_sampling_with_a_seed_repeats(client):
     # a seed repeats the text for a fixed K; auto K chooses K from timings, so at T > 0 a seed repeats the
     # distribution, not the sample path
-    kw = dict(model="x", messages=ASK, temperature=0.9, top_p=0.95, seed=7, max_tokens=12, extra_body={"k": 4})
+    kw = dict(model="demo-smollm2", messages=ASK, temperature=0.9, top_p=0.95, seed=7, max_tokens=12,
+              extra_body={"k": 4})
     a = client.chat.completions.create(**kw)
     b = client.chat.completions.create(**kw)
     assert a.choices[0].message.content == b.choices[0].message.content
@@ -136,16 +138,16 @@ def test_sampling_with_a_seed_repeats(client):
 
 def test_bad_requests_get_openai_errors(base, client):
     # a misspelt field is ignored, as other servers do, and named in the header (test_api_lenient.py)
-    raw = client.chat.completions.with_raw_response.create(model="x", messages=ASK, max_tokens=2,
+    raw = client.chat.completions.with_raw_response.create(model="demo-smollm2", messages=ASK, max_tokens=2,
                                                            extra_body={"temprature": 0})
     assert raw.headers["x-tandem-ignored"] == "temprature"
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="x", messages=ASK, extra_body={"k": "many"})
+        client.chat.completions.create(model="demo-smollm2", messages=ASK, extra_body={"k": "many"})
     assert err.value.status_code == 400
     body = err.value.response.json()["error"]
     assert set(body) == {"message", "type", "param", "code"} and body["param"] == "k"
     with pytest.raises(openai.BadRequestError) as err:
-        client.completions.create(model="x", prompt="word " * 6000, max_tokens=4)
+        client.completions.create(model="demo-smollm2", prompt="word " * 6000, max_tokens=4)
     body = err.value.response.json()["error"]
     assert body["code"] == "context_length_exceeded" and "context" in body["message"]
     req = urllib.request.Request(base + "v1/chat/completions", data=b"{not json",
@@ -153,12 +155,12 @@ def test_bad_requests_get_openai_errors(base, client):
     with pytest.raises(urllib.error.HTTPError) as http:
         urllib.request.urlopen(req, timeout=30)
     assert http.value.code == 400 and "error" in json.loads(http.value.read())
-    assert client.chat.completions.create(model="x", messages=ASK, max_tokens=2).choices  # still serving
+    assert client.chat.completions.create(model="demo-smollm2", messages=ASK, max_tokens=2).choices  # still serving
 
 
 def test_a_client_that_disconnects_mid_stream_frees_the_queue(base, client):
     before = metrics(base)
-    stream = client.completions.create(model="x", prompt="1, 2, 3, 4, 5,", temperature=0, max_tokens=1500,
+    stream = client.completions.create(model="demo-smollm2", prompt="1, 2, 3, 4, 5,", temperature=0, max_tokens=1500,
                                        stream=True)
     got = 0
     for chunk in stream:
@@ -167,7 +169,7 @@ def test_a_client_that_disconnects_mid_stream_frees_the_queue(base, client):
             break
     stream.close()  # hang up mid-stream
     t0 = time.monotonic()
-    nxt = client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=8)
+    nxt = client.chat.completions.create(model="demo-smollm2", messages=ASK, temperature=0, max_tokens=8)
     assert nxt.choices[0].message.content
     after = metrics(base)
     # the hung-up generation stopped early: far fewer tokens than its 1500 were generated in all
@@ -176,13 +178,13 @@ def test_a_client_that_disconnects_mid_stream_frees_the_queue(base, client):
 
 
 def test_waiting_requests_are_served_in_order(base, client):
-    long = client.completions.create(model="x", prompt="1, 2, 3, 4, 5,", temperature=0, max_tokens=1500,
+    long = client.completions.create(model="demo-smollm2", prompt="1, 2, 3, 4, 5,", temperature=0, max_tokens=1500,
                                      stream=True)
     next(iter(long))  # it holds the pair now
     done: list[int] = []
 
     def short(i: int) -> None:
-        client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=3)
+        client.chat.completions.create(model="demo-smollm2", messages=ASK, temperature=0, max_tokens=3)
         done.append(i)
 
     waiters = []
@@ -201,7 +203,7 @@ def test_waiting_requests_are_served_in_order(base, client):
 
 def test_metrics_parse_and_grow_by_what_a_request_did(base, client):
     before = metrics(base)
-    reply = client.chat.completions.create(model="x", messages=ASK, temperature=0, max_tokens=16)
+    reply = client.chat.completions.create(model="demo-smollm2", messages=ASK, temperature=0, max_tokens=16)
     after = metrics(base)
     stats = reply.model_extra["stats"]
     assert grew(before, after, "tandem_emitted_tokens_total") == reply.usage.completion_tokens
@@ -255,10 +257,10 @@ def test_serve_needs_the_key_on_every_route(served):
         assert status == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
     bad = openai.OpenAI(base_url=served + "v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
-        bad.chat.completions.create(model="x", messages=ASK, max_tokens=2)
+        bad.chat.completions.create(model="demo-smollm2", messages=ASK, max_tokens=2)
     good = openai.OpenAI(base_url=served + "v1", api_key=KEY, max_retries=0, timeout=120)
-    assert [m.id for m in good.models.list().data] == ["demo-smollm2"]
-    out = good.completions.create(model="x", prompt="The sky is", temperature=0, max_tokens=4)
+    assert good.models.list().data[0].id == "demo-smollm2"
+    out = good.completions.create(model="demo-smollm2", prompt="The sky is", temperature=0, max_tokens=4)
     assert out.usage.completion_tokens == 4 and out.choices[0].finish_reason == "length"
     assert _get(served + "metrics", KEY)[0] == 200
 

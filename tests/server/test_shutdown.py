@@ -50,7 +50,7 @@ def test_signal_mid_stream_stops_the_generation_and_answers_the_queue(sig):
     proc, url, log = _start(f"serve-{sig.name}.log")
     try:
         client = openai.OpenAI(base_url=url + "v1", api_key="unused", max_retries=0, timeout=120)
-        stream = client.chat.completions.create(model="x", messages=LONG, max_tokens=100_000, stream=True)
+        stream = client.chat.completions.create(model="demo-smollm2", messages=LONG, max_tokens=100_000, stream=True)
         chunks = iter(stream)
         next(chunks)  # the generation runs
         waiter, queued = ask_in_thread(client, LONG)

@@ -25,7 +25,7 @@ def post(api, path: str, body: dict) -> str:
 def reply(api, chat: bool, max_tokens: int, stream: bool) -> tuple[str, str]:
     """(text, finish_reason) of one greedy request."""
     path = "v1/chat/completions" if chat else "v1/completions"
-    body = {"model": "x", "max_tokens": max_tokens, "temperature": 0, "stream": stream,
+    body = {"model": "demo-smollm2", "max_tokens": max_tokens, "temperature": 0, "stream": stream,
             **({"messages": [{"role": "user", "content": PROMPT}]} if chat else {"prompt": PROMPT + "\n"})}
     raw = post(api, path, body)
     if not stream:

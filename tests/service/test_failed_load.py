@@ -42,7 +42,7 @@ def served(smol_paths):
 
 
 def chat(api: Served) -> tuple[int, dict]:
-    body = json.dumps({"model": "x", "max_tokens": 4, "temperature": 0,
+    body = json.dumps({"model": "demo-smollm2", "max_tokens": 4, "temperature": 0,
                        "messages": [{"role": "user", "content": "Hi"}]}).encode()
     req = urllib.request.Request(api.url + "v1/chat/completions", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
@@ -65,8 +65,10 @@ def test_a_refused_template_leaves_the_previous_pair_loaded_and_said_everywhere(
     assert state.pair is before and state.pair_id == "demo-smollm2"
 
     status, _, body = served.get("/v1/models")
-    assert status == 200 and [(m["id"], m["target"]) for m in json.loads(body)["data"]] == \
-        [("demo-smollm2", smol_paths[0].name)]  # once: the refused pair
+    listed = json.loads(body)["data"]
+    assert status == 200 and (listed[0]["id"], listed[0]["target"], listed[0]["loaded"]) == \
+        ("demo-smollm2", smol_paths[0].name, True)  # once: the refused pair
+    assert not any("hostile" in m["target"] for m in listed)
     assert served.get("/health")[0] == 200
     status, reply = chat(served)
     assert status == 200 and reply["choices"][0]["message"]["content"]  # once: 500 on every chat
@@ -83,7 +85,7 @@ def test_a_template_that_loops_only_on_a_later_turn_is_stopped_at_chat_time(smol
     pair = Pair.load(with_template(smol_paths[1], tmp_path / "later.gguf", later), None, load_options(n_ctx=512))
     api = Served(pair, pair_id="later")
     try:
-        body = {"model": "x", "max_tokens": 2, "messages": [{"role": "user", "content": "a"},
+        body = {"model": "later", "max_tokens": 2, "messages": [{"role": "user", "content": "a"},
                                                              {"role": "assistant", "content": "b"},
                                                              {"role": "user", "content": "c"}]}
         req = urllib.request.Request(api.url + "v1/chat/completions", json.dumps(body).encode(),

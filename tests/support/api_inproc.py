@@ -57,7 +57,7 @@ class Served:
 def assert_spec_equals_plain(client, extra: dict) -> dict:
     """A greedy completion with the speculative settings ``extra`` chose the target's tokens, equals plain
     decoding's up to a near-tie (support.api_greedy) and drafted; its ``stats``."""
-    kw = dict(model="x", prompt="Once upon a time", max_tokens=24)
+    kw = dict(model="", prompt="Once upon a time", max_tokens=24)  # "": the loaded pair, whatever its id
     plain = greedy(client.completions.create, **kw, extra_body={"speculative": False})
     spec = greedy(client.completions.create, **kw, extra_body=extra)
     assert_same_greedy_text(plain.choices[0].text, spec, f"speculative ({extra}) against plain")

@@ -14,7 +14,8 @@ def ask_in_thread(client, messages: list, max_tokens: int = 8) -> tuple[threadin
 
     def ask() -> None:
         try:
-            got["answer"] = client.chat.completions.create(model="x", messages=messages, max_tokens=max_tokens)
+            got["answer"] = client.chat.completions.create(model="", messages=messages,  # "": the loaded pair
+                                                           max_tokens=max_tokens)
         except openai.APIStatusError as exc:
             got["status"] = exc.status_code
         except openai.APIConnectionError:

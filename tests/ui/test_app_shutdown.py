@@ -41,7 +41,8 @@ def test_sigterm_mid_stream_stops_the_app_and_answers_the_queue():
         host, port = url.removeprefix("http://").split(":")
         half_sent_closed_after(host, int(port))  # Gradio builds the app's server: the header deadline holds there too
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=5, timeout=120)
-        chunks = iter(client.chat.completions.create(model="x", messages=LONG, max_tokens=100_000, stream=True))
+        chunks = iter(client.chat.completions.create(model="demo-smollm2", messages=LONG, max_tokens=100_000,
+                                                     stream=True))
         next(chunks)  # the generation runs
         waiter, queued = ask_in_thread(client.with_options(max_retries=0), LONG)
         time.sleep(1.0)  # the second request waits its turn
