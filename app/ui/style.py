@@ -71,7 +71,7 @@ PANEL_CSS = """
   border:1px solid var(--border-color-primary)}
 .tdm-stat-value{font-size:18px;font-weight:600;font-variant-numeric:tabular-nums}
 .tdm-stat-label{font-size:11px;color:var(--body-text-color-subdued)}
-.tdm-good .tdm-stat-value{color:#16a34a}.tdm-bad .tdm-stat-value{color:#dc2626}
+.tdm-good .tdm-stat-value{color:#15803d}.tdm-bad .tdm-stat-value{color:#b91c1c}
 .dark .tdm-good .tdm-stat-value{color:#4ade80}.dark .tdm-bad .tdm-stat-value{color:#f87171}
 .tdm-note{font-size:12px;color:var(--body-text-color-subdued);margin:4px 0}
 .tdm-warn{color:#b45309}.dark .tdm-warn{color:#fbbf24}
