@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from app import paths
 from app.models import fileops, fit, meta, remote
 from app.models.catalog import Catalog, ModelEntry, load
 from app.models.fit import FITS, Machine, ModelShape, Settings
 from app.models.ggufheader import GGUFError
+from app.models.provision import installed_pair, model_path
 
 LABELS = {"gpu": "fits on GPU", "partial": "partial offload", "cpu": "CPU only", "no": "will not fit"}
 
 
 def shape_of(entry: ModelEntry, cat: Catalog) -> Optional[ModelShape]:
-    path = paths.models_dir() / entry.file
+    path = model_path(entry)
     m = None
     if fileops.is_done(path):
         try:
@@ -87,8 +87,7 @@ def label_pairs(cat: Optional[Catalog] = None, machine: Optional[Machine] = None
         row: dict[str, Any] = {"pair": pair.id, "name": pair.name, "use": list(pair.use), "k": pair.k,
                                "target": pair.target, "draft": pair.draft, "offline": pair.offline}
         t, d = shape_of(cat.models[pair.target], cat), shape_of(cat.models[pair.draft], cat)
-        installed = [fileops.is_done(paths.models_dir() / cat.models[m].file) for m in (pair.target, pair.draft)]
-        row["installed"] = all(installed)
+        row["installed"] = installed_pair(cat, pair) is not None
         if t is None or d is None:
             row.update(fit="unknown", label="unknown (no size figures)", estimated_bytes=None)
         else:

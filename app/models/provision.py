@@ -18,6 +18,14 @@ def model_path(entry: ModelEntry) -> Path:
     return paths.models_dir() / entry.file
 
 
+def installed_pair(cat: Catalog, pair: PairEntry) -> Optional[tuple[Path, Path]]:
+    """The pair's target and draft files when both are complete in the models folder, else None."""
+    if pair.target not in cat.models or pair.draft not in cat.models:
+        return None
+    files = model_path(cat.models[pair.target]), model_path(cat.models[pair.draft])
+    return files if all(fileops.is_done(f) for f in files) else None
+
+
 def ensure_model(cat: Catalog, model_id: str, progress: Optional[Progress] = None,
                  cancel: Optional[threading.Event] = None) -> Path:
     if model_id not in cat.models:

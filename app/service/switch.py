@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from app.engine.errors import TandemError
-from app.models import fileops, library
+from app.models import library
 from app.models.catalog import Catalog, load
-from app.models.provision import model_path
+from app.models.provision import installed_pair
 from app.service.baseline import warm_up
 from app.service.loading import PairOptions, load_into, say
 from app.service.state import AppState
@@ -76,11 +76,10 @@ def installed_pairs(cat: Optional[Catalog] = None) -> list[Installed]:
     records = library.installed(cat, with_meta=False)
     out = []
     for p in cat.pairs.values():
-        if p.target not in cat.models or p.draft not in cat.models:
+        files = installed_pair(cat, p)
+        if files is None:
             continue
-        target, draft = model_path(cat.models[p.target]), model_path(cat.models[p.draft])
-        if not (fileops.is_done(target) and fileops.is_done(draft)):
-            continue
+        target, draft = files
         names = [p.id, p.target, target.name, target.stem]
         names += [r["id"] for r in records if _same(r["path"], target)]
         out.append(Installed(p.id, target, draft, tuple(dict.fromkeys(names))))
