@@ -228,7 +228,7 @@ class _Run:
         after an end-of-generation token."""
         spec, length, cfg = self.spec, self.length, self.cfg
         cap = min(cfg.max_tokens - self.emitted - 1, room - 1, self.reach or room) if spec is not None else 0
-        if spec is not None and cap > 0 and length.auto and length.reads:  # what the draft must read first, weighed against what is left
+        if spec is not None and cap > 0 and length.auto and length.reads:  # the draft's reading against what is left
             unread, seconds = spec.catch_up(self.tokens, length.t_d or 0.0)
             length.hold(seconds, cfg.max_tokens - self.emitted, unread)
         k = min(length.k, cap)
@@ -342,11 +342,15 @@ def _cut(draft: Draft, n: int) -> Draft:
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,
-        baseline_tps: Optional[float] = None, length: Optional[DraftLength] = None) -> tuple[list[int], Summary]:
-    """Run a whole generation; (generated token ids, stats summary, with speedup if a baseline is given)."""
+        baseline_tps: Optional[float] = None, length: Optional[DraftLength] = None,
+        steps: Optional[list[StepEvent]] = None) -> tuple[list[int], Summary]:
+    """Run a whole generation; (generated token ids, stats summary, with speedup if a baseline is given).
+    ``steps``: a list that receives the generation's step events."""
     done = None
     for ev in generate(target, prompt, cfg, proposer, baseline_tps=baseline_tps, length=length):
         if isinstance(ev, DoneEvent):
             done = ev
+        elif steps is not None and isinstance(ev, StepEvent):
+            steps.append(ev)
     assert done is not None
     return list(done.tokens), done.stats

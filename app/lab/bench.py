@@ -19,8 +19,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from app.engine.llama.backend import ContextFullError
-from app.engine.events import DoneEvent, StepEvent
-from app.engine.loop import GenConfig, generate
+from app.engine.events import StepEvent
+from app.engine.loop import GenConfig, run
 from app.engine.names import ProposerName
 from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool
@@ -45,14 +45,8 @@ def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig, forget: bool = Tr
     remembers nothing of earlier runs either (a benchmark's runs must not find each other's replies)."""
     pair.reset(lookup=forget)
     steps: list[StepEvent] = []
-    done: Optional[DoneEvent] = None
-    for ev in generate(pair.target, tokens, cfg, pair.proposer(cfg), length=pair.draft_length(cfg)):
-        if isinstance(ev, StepEvent):
-            steps.append(ev)
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None
-    return RunResult(list(done.tokens), done.stats, steps)
+    out, stats = run(pair.target, tokens, cfg, pair.proposer(cfg), length=pair.draft_length(cfg), steps=steps)
+    return RunResult(out, stats, steps)
 
 
 # logits: where greedy speculation and plain decoding part, the target's top two must be closer than this. A

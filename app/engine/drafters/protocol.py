@@ -15,9 +15,10 @@ the answer of a proposer that lacks them, which :class:`ProposerBase` gives:
   ``bind`` hands it the generation's controller and ``finish`` the reply's last tokens;
 - ``time_tokens``: the seconds ``k`` draft decodes take, timed without proposing (the controller re-measures a
   sleeping draft's cost); a proposer with no model to time answers 0.0;
-- ``catch_up``: how much of the history it has not seen, and what reading it would cost before it drafts (a draft model's
-  catch-up: the prompt at a generation's start, lookup's stretch after it), which the controller weighs against
-  what drafting can save in the tokens left (``DraftLength.hold``); a proposer that reads nothing answers 0.0.
+- ``catch_up``: how much of the history it has not seen, and what reading it would cost before it drafts (a
+  draft model's catch-up: the prompt at a generation's start, lookup's stretch after it), which the controller
+  weighs against what drafting can save in the tokens left (``DraftLength.hold``); a proposer that reads nothing
+  answers (0, 0.0).
 
 :class:`DraftSource` is what a model-driven proposer (draftmodel.py) needs of its model: the draft model
 (``backend.Model``), the target's MTP head (mtp.py) and the assistant drafter (assistant.py) all have it.
