@@ -20,7 +20,7 @@ from markdown_it import MarkdownIt
 
 from app.engine.events import Drafter, TokenEvent
 
-from app.ui.panel import esc
+from app.ui.panel import KIND_LABELS, esc
 
 WINDOW = 400  # how far past the cursor a rendered piece may start (Markdown syntax, link targets…)
 _LANG = re.compile(r"[^\w+#.-]")
@@ -45,14 +45,12 @@ def visible(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
-KIND_WORDS = {"accepted": "accepted draft", "corrected": "target-corrected", "bonus": "bonus", "plain": "plain"}
-
-
 def label(tok: dict) -> str:
     """What a screen reader says for a focused token: its text, its kind and which drafter proposed it (the
     page script says the same for the token the arrow keys move to)."""
     who = {Drafter.LOOKUP: ", proposed by prompt lookup", Drafter.MODEL: ", proposed by the draft model"}
-    return f'{tok["t"].strip() or "whitespace"}: {KIND_WORDS.get(tok["k"], tok["k"])}{who.get(tok.get("w"), "")}'
+    kind = KIND_LABELS[tok["k"]][0] if tok["k"] in KIND_LABELS else tok["k"]  # the legend's words
+    return f'{tok["t"].strip() or "whitespace"}: {kind}{who.get(tok.get("w"), "")}'
 
 
 # A reply is one tab stop: its first token span has tabindex 0 and the arrow keys move along the others (a roving
