@@ -72,6 +72,7 @@ class StepEvent:
     t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had not seen (a one-off)
     wake: bool = False  # paused: ``t_draft`` timed draft tokens that were not proposed (re-measures the draft's cost)
     free_probe: bool = False  # paused: this probe verified a free proposal (prompt lookup): the verify cost
+    lookup_earlier: int = 0  # of ``lookup_accepted``, those copied from an earlier request's text (not this one's)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from app.engine.decoding.grammar import GrammarSpec, GrammarTrack, MaskedRows, c
 from app.engine.decoding.logprobs import MAX_TOP, token_logprob
 from app.engine.drafters.lookup import PromptLookupProposer
 from app.engine.drafters.protocol import Draft, Proposer, end_of_reply
-from app.engine.names import AUTO_K, PROPOSERS, RULES, ProposerName, Rule
+from app.engine.names import AUTO_K, LOOKUP_MEMORIES, PROPOSERS, RULES, LookupMemory, ProposerName, Rule
 from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats, Summary
 from app.engine.target import Target
@@ -58,6 +58,9 @@ class GenConfig:
     # many tokens): the target's end-of-generation logits are -inf, as llama.cpp's EOG logit bias makes them
     ignore_eos: bool = False
     min_tokens: int = 0
+    # what proposer auto's lookup may copy: this request's text, or also the earlier requests the pair served
+    # (their copies are counted apart: ``StepEvent.lookup_earlier``)
+    lookup_memory: LookupMemory = LookupMemory.CONVERSATION
 
     def validate(self) -> "GenConfig":
         """Raise ValueError (``limits.LimitError``) naming a setting outside its documented range."""
@@ -77,6 +80,9 @@ class GenConfig:
         if not (isinstance(self.min_tokens, int) and 0 <= self.min_tokens <= self.max_tokens):
             raise limits.LimitError(f"min_tokens must be an integer from 0 to max_tokens ({self.max_tokens}), not "
                                     f"{limits.shown(self.min_tokens)}", param="min_tokens")
+        if self.lookup_memory not in LOOKUP_MEMORIES:
+            raise limits.LimitError(f"lookup_memory must be one of {', '.join(LOOKUP_MEMORIES)}, not "
+                                    f"{limits.shown(self.lookup_memory)}", param="lookup_memory")
         if self.grammar is not None and (self.ignore_eos or self.min_tokens):
             raise limits.LimitError("ignore_eos and min_tokens cannot be combined with a grammar, a JSON schema or "
                                     "tools: the grammar decides where the reply ends", param="ignore_eos"
@@ -317,6 +323,7 @@ class _Run:
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
                             paused=paused, probe=probe, limit=why, lookup=draft.lookup + draft.tail,
                             lookup_accepted=draft.lookup_kept(n), t_sync=draft.t_sync, wake=woke,
+                            lookup_earlier=draft.earlier_kept(n),
                             free_probe=free_probe)
         self.stats.add(step_ev)
         self.step += 1
@@ -338,7 +345,8 @@ def _cut(draft: Draft, n: int) -> Draft:
         return draft
     return Draft(tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],
                  seconds=draft.seconds, synced=draft.synced, t_sync=draft.t_sync, lookup=min(draft.lookup, n),
-                 tail=max(0, draft.tail - (len(draft.tokens) - n)))
+                 tail=max(0, draft.tail - (len(draft.tokens) - n)), earlier_head=draft.earlier_head,
+                 earlier_tail=draft.earlier_tail)
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,

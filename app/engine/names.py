@@ -35,6 +35,13 @@ class Rule(StrEnum):
     COUPLED = "coupled"  # Gumbel-max with noise fixed by (seed, position): seeds hold (decoding/coupled.py)
 
 
+class LookupMemory(StrEnum):
+    """What proposer auto's prompt lookup may copy from (``GenConfig.lookup_memory``)."""
+
+    CONVERSATION = "conversation"  # this request's own text: its prompt (a chat's earlier turns) and its reply
+    PAIR = "pair"  # also every earlier request and reply the pair served since it was loaded (editors re-asking)
+
+
 class AutoK(StrEnum):
     """K's adaptive setting (``GenConfig.k`` is an integer or this)."""
 
@@ -45,3 +52,4 @@ AUTO_K = AutoK.AUTO
 # The words users type, for membership checks (a str enum equals its word), messages and argparse choices.
 PROPOSERS = tuple(p.value for p in ProposerName)
 RULES = tuple(r.value for r in Rule)
+LOOKUP_MEMORIES = tuple(m.value for m in LookupMemory)

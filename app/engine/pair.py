@@ -120,7 +120,7 @@ class Pair:
             model = DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share, costs=costs)
         if kind != ProposerName.AUTO:
             return model
-        return DuoProposer(model, self.lookup_index, self._lookup_acceptance)
+        return DuoProposer(model, self.lookup_index, self._lookup_acceptance, cfg.lookup_memory)
 
     def mtp_head(self) -> MtpHead:
         """The target's MTP head (its own context, made once); MtpUnavailable says why there is none."""

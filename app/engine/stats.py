@@ -62,6 +62,7 @@ class Stats:
     limit: Optional[str] = None  # why speculation paused, in words (the loop's last word: ``end``)
     lookup_drafted: int = 0  # of ``drafted``: proposed by prompt lookup (the rest by the draft model)
     lookup_accepted: int = 0  # of ``accepted``: lookup's
+    lookup_earlier: int = 0  # of ``lookup_accepted``: copied from an earlier request's text
     t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had skipped
     t_first: Optional[float] = None  # clock reading when decoding began (from the first ``add(ev, now)``)
     t_last: Optional[float] = None  # clock reading of the latest ``add(ev, now)``
@@ -84,6 +85,7 @@ class Stats:
         self.probe_steps += ev.probe
         self.lookup_drafted += ev.lookup
         self.lookup_accepted += ev.lookup_accepted
+        self.lookup_earlier += ev.lookup_earlier
         self.t_sync += ev.t_sync
         if ev.paused and ev.limit:
             self.limit = ev.limit  # live: why the latest pause happened
@@ -147,7 +149,7 @@ class Stats:
             tokens_per_s=tps, t_draft=self.t_draft, t_verify=self.t_verify, t_total=t_total,
             baseline_tps=baseline_tps, speedup=speedup, paused_steps=self.paused_steps,
             probe_steps=self.probe_steps, limit=self.limit, lookup_drafted=self.lookup_drafted,
-            lookup_accepted=self.lookup_accepted, t_sync=self.t_sync)
+            lookup_accepted=self.lookup_accepted, lookup_earlier=self.lookup_earlier, t_sync=self.t_sync)
         c, v, bound = costs(out, baseline_tps)
         return replace(out, c=c, v=v, bound=bound, efficiency=speedup / bound if speedup and bound else None)
 
@@ -169,6 +171,7 @@ def pool(summaries: Sequence[Summary]) -> Summary:
         histogram=_sum_lists(s.histogram for s in summaries), paused_steps=total("paused_steps"),
         probe_steps=total("probe_steps"), limit=next((s.limit for s in reversed(summaries) if s.limit), None),
         lookup_drafted=total("lookup_drafted"), lookup_accepted=total("lookup_accepted"), t_sync=total("t_sync"),
+        lookup_earlier=total("lookup_earlier"),
     ).summary()
 
 

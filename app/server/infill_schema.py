@@ -19,13 +19,13 @@ from typing import Any, Optional, Union
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.engine.decoding.fim import Chunk
-from app.engine.names import Rule
+from app.engine.names import LookupMemory, Rule
 from app.server import openai_schema as schema
 from app.service import settings as S
 
 Number = Union[StrictInt, float]
 SAMPLING = ("temperature", "top_p", "seed", "speculative", "proposer", "k", "k_max", "p_min", "rule", "top_k",
-            "min_p", "repeat_penalty")
+            "min_p", "repeat_penalty", "lookup_memory")
 EXTRA_SHAPE = '"input_extra" must be an array of {"filename": string, "text": string}'
 
 
@@ -130,6 +130,9 @@ def settings_of(req: InfillRequest, base: dict, n_ctx: int) -> dict:
     """The generation settings over the app's defaults (``base``); n_predict -1 runs until the context is full,
     0 (a warm-up) keeps the default (nothing is generated)."""
     chosen: dict[str, Any] = {name: getattr(req, name) for name in SAMPLING if getattr(req, name) is not None}
+    # an editor asks again at the same spot after each keystroke: the suggestion it was shown last time, an
+    # earlier request's reply, is the likeliest continuation, so /infill's lookup remembers the pair's requests
+    chosen.setdefault("lookup_memory", LookupMemory.PAIR)
     predict = req.predict
     if predict is not None and predict != 0:
         chosen["max_tokens"] = n_ctx if predict == -1 else predict

@@ -3,7 +3,7 @@
 Wrong types are refused (:class:`RequestError`, HTTP 400, OpenAI's error shape) naming the field; unknown
 fields are ignored, as other local servers do, and named in the response header ``x-tandem-ignored``
 (:func:`ignored`). Besides OpenAI's own fields, a request may carry the speculative settings of the ``/chat`` endpoint
-(``speculative``, ``proposer``, ``k``, ``k_max``, ``p_min``, ``rule``) and llama.cpp's sampling extras
+(``speculative``, ``proposer``, ``k``, ``k_max``, ``p_min``, ``rule``, ``lookup_memory``) and llama.cpp's sampling extras
 (``top_k``, ``min_p``, ``repeat_penalty``); whatever is left out takes the app's defaults, as in ``/chat``.
 """
 
@@ -22,7 +22,7 @@ from app.service import chat, settings as S
 
 Number = Union[StrictInt, float]
 SETTING_FIELDS = ("temperature", "top_p", "seed", "speculative", "proposer", "k", "k_max", "p_min", "rule",
-                  "top_k", "min_p", "repeat_penalty")
+                  "lookup_memory", "top_k", "min_p", "repeat_penalty")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
@@ -91,6 +91,7 @@ class TandemSettings(_Strict):
     top_k: Optional[StrictInt] = None
     min_p: Optional[Number] = None
     repeat_penalty: Optional[Number] = None
+    lookup_memory: Optional[Literal["conversation", "pair"]] = None
 
 
 class _Common(TandemSettings):

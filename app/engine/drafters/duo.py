@@ -2,8 +2,11 @@
 chosen per step from measured costs (``mix.py``), through the same verify and rollback as either alone.
 
 Lookup reads a :class:`~app.engine.drafters.suffix.SuffixIndex` that holds the current context and the earlier prompts
-and replies this pair served (the ``Pair`` owns it), so a second request about the same code finds the first
-answer's text. Lookup tokens are deterministic (q = one-hot: ``None`` rows in ``Draft.q``); draft-model tokens
+and replies this pair served (the ``Pair`` owns it). What it may copy from is the request's choice
+(``GenConfig.lookup_memory``): its own text alone (the default: a chat's earlier turns are in its prompt), or also
+the earlier requests, so that a second request about the same code finds the first answer's text; tokens so
+copied are marked (``Draft.earlier_head`` / ``earlier_tail``) and counted apart, since what they save is a
+repeat of earlier work. Lookup tokens are deterministic (q = one-hot: ``None`` rows in ``Draft.q``); draft-model tokens
 carry the draft's distributions, conditioned on the lookup tokens before them, so exact rejection sampling
 holds for the mixture position by position.
 
@@ -46,6 +49,7 @@ from app.engine.drafters.readcost import ReadCosts
 from app.engine.drafters.rewrite import Rewrites
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.drafters.suffix import Match, SuffixIndex
+from app.engine.names import LookupMemory
 from app.engine.control.verifycost import VerifyCost
 from app.engine.names import ProposerName
 
@@ -93,9 +97,13 @@ class DuoProposer(ProposerBase):
     retest_tokens = 1  # a pause on acceptance is re-tested at each generation's start (loop.py), by one probe
     # (each drafts with the draft model)
 
-    def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance):
-        """The draft model's reading costs are its own (``draft.costs``: the Pair keeps them per model)."""
+    def __init__(self, draft: DraftModelProposer, index: SuffixIndex, acceptance: LookupAcceptance,
+                 memory: LookupMemory = LookupMemory.CONVERSATION):
+        """The draft model's reading costs are its own (``draft.costs``: the Pair keeps them per model).
+        ``memory``: whether lookup may copy from the earlier requests the index holds or from this one alone."""
         self.draft, self.index, self.acceptance = draft, index, acceptance
+        self.live_only = memory == LookupMemory.CONVERSATION
+        self._tail_earlier = False  # the last handoff's tokens came from an earlier request
         self.length: Optional[DraftLength] = None
         # the last step's lookup proposals: a lookup prefix and a handoff's tail (judged only if what came before
         # them was kept)
@@ -146,7 +154,7 @@ class DuoProposer(ProposerBase):
             choice = Choice(draft=k_d)  # do as it says
             match, src = None, ()
         else:
-            match, ends = self._through_end(self.index.longest(k))
+            match, ends = self._through_end(self.index.longest(k, live_only=self.live_only))
             if match is not None:
                 self.rewrites.realign(self.index.span, history, match.start, match.length)
             match, src = self._rewritten(match, k)
@@ -165,7 +173,7 @@ class DuoProposer(ProposerBase):
         self._regret += choice.regret
         lookup = list(match.tokens[:choice.lookup]) if match is not None and choice.lookup else []
         out = Draft(tokens=list(lookup), q=[None] * len(lookup) if sample else None, probs=[None] * len(lookup),
-                    lookup=len(lookup))
+                    lookup=len(lookup), earlier_head=bool(lookup) and match.earlier)
         if lookup:
             self._last.append(Proposal(len(history), tuple(lookup), 0, match.length, src[:len(lookup)],
                                        alone=choice.draft == 0))
@@ -178,6 +186,7 @@ class DuoProposer(ProposerBase):
             if sample:
                 out.q += d.q or []
             out.synced, out.t_sync, out.tail = d.synced, d.t_sync, d.tail
+            out.earlier_tail = d.tail > 0 and self._tail_earlier
         out.seconds = time.perf_counter() - t0
         return out
 
@@ -221,7 +230,8 @@ class DuoProposer(ProposerBase):
 
         def ask(drafted: Sequence[int]) -> tuple:
             j = len(drafted)
-            match = self._through_end(self.index.longest(k - len(lookup) - j, after=lookup + list(drafted)))[0]
+            match = self._through_end(self.index.longest(k - len(lookup) - j, after=lookup + list(drafted),
+                                                         live_only=self.live_only))[0]
             if match is None:
                 return ()
             match, src = self._rewritten(match, k - len(lookup) - j)
@@ -229,6 +239,7 @@ class DuoProposer(ProposerBase):
                              k_d=k_d, n_avail=len(match.tokens), t_d=p.t_d, sunk=sunk + j * p.t_d, t_s=p.t_s,
                              t_c=p.t_c)
             if take:
+                self._tail_earlier = match.earlier
                 self._last.append(Proposal(start, tuple(lookup) + tuple(drafted) + match.tokens[:take],
                                            len(lookup) + j, match.length, src[:take]))
             return match.tokens[:take]

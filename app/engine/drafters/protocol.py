@@ -45,6 +45,10 @@ class Draft:
     t_sync: float = 0.0  # of ``seconds``: the catch-up on those tokens (a one-off, not a per-token cost)
     lookup: int = 0  # the first ``lookup`` tokens came from prompt lookup (provenance), the rest from a model …
     tail: int = 0  # … but the last ``tail``: prompt lookup took over from the model (a handoff, duo.py)
+    # lookup's first ``lookup`` / last ``tail`` tokens were copied from an earlier request's text, not this one's
+    # (a copy never crosses a request's end, so each part has one source)
+    earlier_head: bool = False
+    earlier_tail: bool = False
 
     def from_lookup(self, i: int) -> bool:
         """Whether token ``i`` came from prompt lookup."""
@@ -53,6 +57,11 @@ class Draft:
     def lookup_kept(self, n: int) -> int:
         """Of the first ``n`` tokens (those the target kept), how many came from prompt lookup."""
         return min(n, self.lookup) + max(0, n - (len(self.tokens) - self.tail))
+
+    def earlier_kept(self, n: int) -> int:
+        """Of the first ``n`` tokens (those the target kept), how many lookup copied from an earlier request."""
+        return (min(n, self.lookup) if self.earlier_head else 0) + \
+            (max(0, n - (len(self.tokens) - self.tail)) if self.earlier_tail else 0)
 
 
 def end_of_reply(tokens: Sequence[int], is_eog: Callable[[int], Optional[bool]]) -> Optional[int]:

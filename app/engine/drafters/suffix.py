@@ -32,11 +32,13 @@ DEFAULT_CAPACITY = 262_144  # tokens held at most (1 MiB of tokens, a few MiB wi
 @dataclass(frozen=True)
 class Match:
     """The tail of the live document matched ``length`` tokens ending just before ``start``; the tokens
-    that followed there are ``tokens`` (up to the requested count, never past that document's end)."""
+    that followed there are ``tokens`` (up to the requested count, never past that document's end).
+    ``earlier``: they are in an earlier document, not the live one."""
 
     length: int
     start: int
     tokens: tuple
+    earlier: bool = False
 
 
 class SuffixIndex:
@@ -134,11 +136,14 @@ class SuffixIndex:
 
     # --- querying -----------------------------------------------------------------------------------------
 
-    def longest(self, n: int, min_length: int = 2, after: Sequence[int] = ()) -> Optional[Match]:
+    def longest(self, n: int, min_length: int = 2, after: Sequence[int] = (),
+                live_only: bool = False) -> Optional[Match]:
         """The longest earlier occurrence (at least ``min_length`` tokens) of the live document's tail with
         a continuation, and up to ``n`` tokens of it; None if there is none. ``after``: tokens that would
-        follow the live document (a draft not yet verified): the tail is theirs, they are not indexed."""
+        follow the live document (a draft not yet verified): the tail is theirs, they are not indexed.
+        ``live_only``: only occurrences within the live document (the other documents are not searched)."""
         t, base = self._tokens, self._base
+        live_start = self._docs[-1] if self._docs else base
         end = len(t)
         live = self.live_len + len(after)
         if live < 2 or n < 1:
@@ -150,6 +155,8 @@ class SuffixIndex:
         best_len, best_pos = 0, -1
         q = len(tail)
         for pos in reversed(slot):  # most recent first: ties keep the most recent
+            if live_only and pos < live_start:
+                break  # (older ones are older still)
             i = pos - base
             if i < 0 or i >= end:
                 continue  # evicted, or the live tail itself (no continuation yet)
@@ -165,7 +172,8 @@ class SuffixIndex:
         stop, cap = best_pos, min(end, best_pos + n)
         while stop < cap and t[stop] != SEP:
             stop += 1
-        return Match(length=best_len, start=base + best_pos, tokens=tuple(t[best_pos:stop]))
+        return Match(length=best_len, start=base + best_pos, tokens=tuple(t[best_pos:stop]),
+                     earlier=base + best_pos < live_start)
 
     def span(self, a: int, b: int) -> list:
         """The tokens held at absolute positions ``a`` to ``b`` (those evicted are left out)."""

@@ -16,6 +16,7 @@ from app.engine.drafters.readcost import CATCH_PRIOR, STEADY_PRIOR, ReadCosts
 from app.engine.drafters.kvshare import in_use
 from app.engine.events import ACCEPTED, LOOKUP, MODEL, DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig
+from app.engine.names import LookupMemory
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.control.mix import BUCKETS, FORGET_L, Choice, LookupAcceptance, choose, expected_mixed, hand_over, reading
 from app.engine.decoding.sampling import SamplerSettings
@@ -235,3 +236,26 @@ def test_a_seed_holds_with_auto(smol_pair):
     assert auto == off
     spec, stats = _run(smol_pair, prompt, max_tokens=48, sampler=sampler, proposer="auto")  # rejection sampling
     assert len(spec) > 0 and stats.drafted > 0
+
+
+@pytest.mark.parametrize("memory", list(LookupMemory))
+def test_a_repeated_request_copies_the_earlier_reply_only_with_the_pairs_memory_and_says_so(smol_pair, memory):
+    """The same question asked twice: with the pair's memory lookup copies the first reply and counts those
+    tokens apart (``lookup_earlier``); with the conversation's alone it cannot see it. Greedy output is the
+    target's either way."""
+    prompt = next(p for p in builtin_suite("code") if p.id == "code-prime").tokens(smol_pair)
+    cfg = GenConfig(max_tokens=64, proposer="auto", k=12, lookup_memory=memory)  # fixed K: no timings decide
+    plain, _ = _run(smol_pair, prompt, max_tokens=64, speculative=False)
+    smol_pair.reset()
+    list(smol_pair.generate(prompt, cfg))  # the first time
+    smol_pair.reset(lookup=False)  # a new request: caches gone, lookup's memory kept
+    events = list(smol_pair.generate(prompt, cfg))
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert_same_greedy(smol_pair, prompt, plain, done.tokens, str(memory))
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert sum(s.lookup_earlier for s in steps) == done.stats.lookup_earlier <= done.stats.lookup_accepted
+    if memory == LookupMemory.PAIR:
+        assert done.stats.lookup_earlier > len(done.tokens) // 2  # most of the reply is the first one's copy
+    else:
+        assert done.stats.lookup_earlier == 0

@@ -160,3 +160,17 @@ def test_reported_size_grows_with_content_and_clear_forgets():
     assert idx.nbytes() > empty + 4000
     idx.clear()
     assert idx.n_tokens == 0 and idx.longest(3) is None
+
+
+def test_live_only_searches_the_live_document_and_a_match_says_where_it_came_from():
+    idx = SuffixIndex()
+    idx.start([1, 2, 3, 10, 11, 12, 13, 14])
+    idx.start([4, 5, 10, 11])  # the second request quotes the first
+    found = idx.longest(8)
+    assert found is not None and found.earlier and found.tokens == (12, 13, 14)
+    assert idx.longest(8, live_only=True) is None  # the live document holds 10, 11 once: no continuation
+    idx.extend([7, 10, 11])  # now it does: 10, 11 -> 7
+    mine = idx.longest(8, live_only=True)
+    assert mine is not None and not mine.earlier and mine.tokens[0] == 7
+    assert idx.longest(8, after=[12], live_only=True) is None  # 11, 12 only in the earlier document
+    assert idx.longest(8, after=[12]).earlier
