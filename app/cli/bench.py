@@ -212,7 +212,7 @@ def format_table(r: BenchResult) -> str:
     for p in r.per_prompt:
         same = "-" if r.identical is None else ("yes" if p.identical else "NO")
         lines.append(f"{p.id[:20]:<20} {_f(p.baseline_tps, '.1f'):>9} {_f(p.spec_tps, '.1f'):>9} "
-                     f"{_f(p.speedup, '.2f', 'x') + ('!' if p.where is not None else ''):>8} "
+                     f"{_f(p.speedup, '.2f', 'x') + ('!' if p.where is not None else '~' if p.unsteady else ''):>8} "
                      f"{_f(p.acceptance_rate, '.1%'):>7} "
                      f"{_f(p.mean_accepted):>8} {_f(p.c):>5} {_f(p.v):>5} {_f(p.bound, '.2f', 'x'):>6} "
                      f"{_f(p.paused, '.0%'):>6} {same:>5}" + (f" {_f(p.lookup_share, '.0%'):>6}" if mixed else ""))
@@ -246,6 +246,10 @@ def format_table(r: BenchResult) -> str:
     if r.slow:
         lines.append(f"! below {r.guard:.2f}x plain speed — where the speculative runs' time went against plain's:")
         lines.extend(f"  {where_words(p.id, p.speedup, p.where)}" for p in r.per_prompt if p.where is not None)
+    if r.unsteady:
+        lines.append(f"! unsteady timings on {len(r.unsteady)} of {len(r.per_prompt)} prompts (another process had the "
+                     f"machine during some runs: their ratios may flatter either mode; rerun on a quiet machine):")
+        lines.extend(f"  {p.id}: {p.unsteady}" for p in r.per_prompt if p.unsteady)
     for m in r.mismatches:
         why = "a near-tie, which kernels may round either way" if m["gap"] < NEAR_TIE else "not a near-tie: a fault"
         lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g}:"

@@ -25,7 +25,7 @@ from app.engine.names import ProposerName
 from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool
 from app.engine.summary import Summary
-from app.lab.benchguard import GUARD, flagged, where
+from app.lab.benchguard import GUARD, flagged, unsteady, where
 from app.lab.prompts import Prompt
 
 
@@ -249,6 +249,7 @@ class PromptRow:
     reference_plain_tps: Optional[float] = None  # reference "local" only: plain decoding on this machine alone
     reference_plain_ratio: Optional[float] = None  # plain tokens/s split / local
     where: Optional[dict] = None  # below GUARD only: where the speculative runs' time went (benchguard.where)
+    unsteady: Optional[str] = None  # why its timings cannot be trusted (benchguard.unsteady), or None
 
     def to_dict(self) -> dict:
         out = public_dict(self)
@@ -295,6 +296,7 @@ class BenchResult:
     draft_cache: Optional[str] = None  # how the draft model came by the history: its own reading or the target's cache
     slow: list = field(default_factory=list)  # ids of the prompts below GUARD × plain speed (each with its ``where``)
     guard: float = GUARD
+    unsteady: list = field(default_factory=list)  # ids of the prompts whose timings were unsteady (each says why)
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), per_prompt=[p.to_dict() for p in self.per_prompt])
@@ -323,6 +325,7 @@ def _prompt_result(pair: Pair, prompt: Prompt, tokens: list[int], plain: list[Ru
         tokens=len(plain[0].tokens), plain_runs=[r.tps for r in plain], spec_runs=[r.tps for r in spec],
         pooled=s,
         where=where([e for r in spec for e in r.steps], [r.stats for r in plain]) if flagged(speedup, guard) else None,
+        unsteady=unsteady([e for r in spec for e in r.steps], [r.stats for r in plain]),
     )
 
 
@@ -367,4 +370,5 @@ def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, refer
         lookup_share=pooled.lookup_share if pooled and cfg.proposer != ProposerName.LOOKUP else None,
         lookup_index_bytes=index_bytes,
         slow=[p.id for p in per_prompt if p.where is not None], guard=guard,
+        unsteady=[p.id for p in per_prompt if p.unsteady],
     )

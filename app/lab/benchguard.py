@@ -1,5 +1,6 @@
-"""The engine bench's per-prompt guard: a prompt whose speculative runs were slower than ``GUARD`` × plain speed
-is flagged with where their time went against plain's.
+"""The engine bench's per-prompt guards: a prompt whose speculative runs were slower than ``GUARD`` × plain speed
+is flagged with where their time went against plain's; a prompt whose timings were unsteady (another process
+took the machine during some runs: :func:`unsteady`) is flagged so its ratio is not taken for the pair's.
 
 The breakdown reads the speculative runs' steps (``StepEvent``) and the plain runs' summaries, each summed over
 the repeats. Its parts add up to the gap (speculative decode seconds − plain's) exactly:
@@ -19,6 +20,7 @@ the plain steps their tokens would have taken.
 
 from __future__ import annotations
 
+import statistics
 from typing import Optional, Sequence
 
 from app.engine.events import StepEvent
@@ -26,6 +28,11 @@ from app.engine.summary import Summary
 from app.numfmt import fmt
 
 GUARD = 0.95  # a prompt whose speculative runs are slower than this share of plain speed is flagged
+# The same work timed this many times slower in some runs than in others: the machine was busier then (two-thread
+# llama.cpp beside another process on two cores runs 30-100x slower in spells), and a ratio of such runs may
+# flatter either mode. Quiet runs here differ by 10-20 %.
+STEADY = 1.5
+MIN_BARE = 5  # one-token passes of the speculative runs needed to compare them with plain's
 
 # the parts of the gap, as the words name them
 PARTS = (("drafting_s", "drafting"), ("catch_up_s", "catch-ups"), ("wake_s", "wakes"),
@@ -36,6 +43,27 @@ PARTS = (("drafting_s", "drafting"), ("catch_up_s", "catch-ups"), ("wake_s", "wa
 
 def flagged(speedup: Optional[float], floor: float = GUARD) -> bool:
     return speedup is not None and speedup < floor
+
+
+def unsteady(steps: Sequence[StepEvent], plain: Sequence[Summary], steady: float = STEADY) -> Optional[str]:
+    """Why a prompt's timings cannot be trusted, in words, or None: the plain runs' speeds spread by more than
+    ``steady`` times, or the speculative runs' one-token passes (drafting paused: the target's pass alone, as in
+    plain decoding) took more than ``steady`` times as long as plain's, or less than 1 / ``steady``."""
+    why = []
+    speeds = [s.tokens_per_s for s in plain if s.tokens_per_s > 0]
+    if len(speeds) > 1 and max(speeds) > steady * min(speeds):
+        why.append(f"plain runs went {min(speeds):.1f}-{max(speeds):.1f} tokens/s")
+    plain_pass = median([s.t_verify / s.steps for s in plain if s.steps])
+    bare = median([e.t_verify for e in steps if not e.drafted and e.emitted == 1])
+    n_bare = sum(1 for e in steps if not e.drafted and e.emitted == 1)
+    if plain_pass and bare and n_bare >= MIN_BARE and not 1 / steady <= bare / plain_pass <= steady:
+        why.append(f"a one-token target pass took {bare * 1e3:.1f} ms in the speculative runs and "
+                   f"{plain_pass * 1e3:.1f} ms in plain's (the same work)")
+    return "; ".join(why) or None
+
+
+def median(values: Sequence[float]) -> Optional[float]:
+    return statistics.median(values) if values else None
 
 
 def where(steps: Sequence[StepEvent], plain: Sequence[Summary]) -> dict:

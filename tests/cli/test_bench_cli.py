@@ -85,6 +85,12 @@ def test_a_prompt_below_the_guard_is_flagged_with_where_its_time_went(smol_pair)
     table = format_table(unflagged)
     assert "x!" not in table and "plain speed" not in table
 
+    busy = replace(unflagged, unsteady=["colours"], per_prompt=[replace(row, where=None, unsteady="plain runs went "
+                                                                          "1.0-33.0 tokens/s")])
+    table = format_table(busy)
+    assert "x~" in next(x for x in table.splitlines() if x.startswith("colours "))
+    assert "! unsteady timings on 1 of 1 prompts" in table and "\n  colours: plain runs went 1.0-33.0" in table
+
 
 def test_bench_lookup_with_reference(tmp_path, smol_paths):
     prompts = tmp_path / "p.jsonl"

@@ -3,10 +3,12 @@ arithmetic, its parts adding up to the gap, and the line the bench prints). Pure
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.engine.events import StepEvent
-from app.lab.benchguard import GUARD, PARTS, flagged, where, words
+from app.lab.benchguard import GUARD, PARTS, flagged, unsteady, where, words
 
 from support.steps import summary_of
 
@@ -72,3 +74,17 @@ def test_a_run_without_steps_is_described_without_failing():
     w = where([], [summary_of(plain_run())])
     assert w["paused"] is None and w["spec_steps"] == 0 and w["gap_s"] == pytest.approx(-1.1)
     assert "no steps" in words("p", None, w) and "most of it" not in words("p", None, w)
+
+
+def test_steady_runs_pass_and_a_busy_spell_in_one_mode_is_named():
+    plain = [summary_of(plain_run()), summary_of(plain_run())]
+    assert unsteady(spec_steps(), plain) is None  # paused passes 0.11 s against plain's 0.1 s: noise
+    slow_spell = [StepEvent(step=i, drafted=0, accepted=0, emitted=1, t_draft=0.0, t_verify=2.0, k=0, t_step=2.1)
+                  for i in range(10)]  # another process had the machine: 20x slower
+    why = unsteady(spec_steps(), [summary_of(plain_run()), summary_of(slow_spell)])
+    assert why is not None and "plain runs went" in why
+    busy_spec = [replace(e, t_verify=e.t_verify * 3) if not e.drafted else e for e in spec_steps()]
+    why = unsteady(busy_spec, plain)
+    assert why is not None and "330.0 ms in the speculative runs and 100.0 ms in plain's" in why
+    few = spec_steps()[:6]  # three one-token passes: too few to judge
+    assert unsteady([replace(e, t_verify=1.0) if not e.drafted else e for e in few], plain) is None

@@ -22,15 +22,16 @@ BENCH_KEYS = ["baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_ac
               "histogram", "proposer", "temperature", "max_tokens", "partial", "reference", "per_prompt", "skipped",
               "lookup_share", "lookup_index_bytes",  # added since (two drafters at once) …
               "draft_cache",  # … and how the draft model came by the history (kvshare.py) …
-              "slow", "guard"]  # … and the prompts below the guard (benchguard.py)
+              "slow", "guard",  # … and the prompts below the guard (benchguard.py) …
+              "unsteady"]  # … and those whose timings were unsteady (benchguard.py)
 ROW_KEYS = ["id", "category", "prompt", "baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted",
             "alpha", "mean_k", "per_position", "histogram", "c", "v", "bound", "identical", "mismatch", "paused",
             "limit", "tokens", "plain_runs", "spec_runs", "lookup_share"]
 REFERENCE_KEYS = ["reference_tps", "reference_ratio", "reference_speedup"]
-WHERE_KEYS = ["where"]  # null unless the prompt is below the guard
+WHERE_KEYS = ["where", "unsteady"]  # null unless the prompt is below the guard / its timings were unsteady
 CELL_KEYS = ["draft", "proposer", "draft_path", "k", "p_min", "speedup", "speedup_min", "speedup_max",
              "acceptance_rate", "mean_accepted", "alpha", "mean_k", "c", "v", "bound", "tps", "baseline_tps",
-             "per_position", "paused", "limit", "prompts", "complete", "per_prompt"]
+             "per_position", "paused", "limit", "prompts", "complete", "repeat_min", "repeat_max", "per_prompt"]
 CELL_PROMPT_KEYS = ["id", "category", "speedup", "tps", "baseline_tps", "acceptance_rate", "mean_accepted", "alpha",
                     "mean_k", "c", "v", "bound", "paused", "limit"]
 
@@ -84,14 +85,14 @@ def test_bench_result_to_dict_is_the_bench_json_contract():
         "paused": 0.2727272727272727, "limit": "drafting cannot pay here", "k": "auto", "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 4, 4], "proposer": "draft", "temperature": 0.0,
         "max_tokens": 8, "partial": False, "reference": None, "skipped": skipped, "lookup_share": 0.0,
-        "lookup_index_bytes": None, "draft_cache": None, "slow": [], "guard": 0.95}
+        "lookup_index_bytes": None, "draft_cache": None, "slow": [], "guard": 0.95, "unsteady": []}
     assert out["per_prompt"][1] == {
         "id": "p2", "category": "chat", "prompt": "hi", "baseline_tps": 8.0, "spec_tps": 16.0, "speedup": 2.0,
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.0, "alpha": 0.8333333333333334, "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 2, 2], "c": 0.10714285714285714, "v": 1.0,
         "bound": 2.442611681028458, "identical": True, "mismatch": None, "paused": 0.2,
         "limit": "drafting cannot pay here", "tokens": 2, "plain_runs": [8.0, 8.0], "spec_runs": [16.0, 16.0],
-        "lookup_share": 0.0, "where": None}
+        "lookup_share": 0.0, "where": None, "unsteady": None}
     assert json.loads(json.dumps(out)) == out  # plain JSON all the way down
 
     with_ref = [replace(rows[0], reference_tps=7.0, reference_ratio=0.5, reference_speedup=None), rows[1]]
@@ -119,7 +120,7 @@ def test_cell_to_dict_is_the_stored_cell():
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.25, "alpha": 0.8333333333333334, "mean_k": 3.5,
         "c": 0.14732142857142855, "v": 1.375, "bound": 1.7764448589297877, "tps": 16.0, "baseline_tps": 11.0,
         "per_position": [1.0, 1.0, 0.5], "paused": 0.14285714285714285, "limit": "drafting cannot pay here",
-        "prompts": 2, "complete": False}
+        "prompts": 2, "complete": False, "repeat_min": 16.0 / 12.0, "repeat_max": 16.0 / 10.0}
     assert out["per_prompt"][1] == {
         "id": "p2", "category": "chat", "speedup": None, "tps": 16.0, "baseline_tps": None,
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.5, "alpha": 0.8333333333333334, "mean_k": 3.5,
