@@ -39,7 +39,7 @@ def theme() -> gr.themes.Base:
                     block_info_text_color="*neutral_600", block_label_text_color="*primary_700",
                     block_label_background_fill_dark="*primary_800",
                     body_text_color_subdued="*neutral_600", input_placeholder_color="*neutral_500",
-                    input_placeholder_color_dark="*neutral_400",
+                    input_placeholder_color_dark="*neutral_300",
                     checkbox_label_background_fill_selected="*primary_700",
                     checkbox_label_background_fill_selected_dark="*primary_700",
                     button_primary_background_fill="*primary_700", button_primary_background_fill_hover="*primary_800",

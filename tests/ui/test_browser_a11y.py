@@ -1,4 +1,4 @@
-"""Issue 50 item 8 in headless Chromium: every visible text reaches WCAG AA contrast (4.5:1) in light and dark
+"""Issue 50 item 8 in headless Chromium: every visible text (fields' values and placeholders too) reaches WCAG AA contrast (4.5:1) in light and dark
 mode, a reply's tokens are reachable by keyboard (one tab stop per reply, the arrow keys move along it), and on a
 phone every tab shows (none folded behind "⋯") and the model names are not cut. Screenshots in
 ``test-artifacts/``: ``a11y-light-1366x800.png``, ``a11y-dark-1366x800.png``, ``a11y-phone-390x844.png``."""
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.browser
 TABS = ("Chat", "Compare", "Pair settings", "Models", "Benchmark")
 AA = 4.5  # WCAG 2.x AA for text; applied to every text here, large or not
 
-# Each visible element with its own (direct) text: its text colour and the backgrounds up the tree,
+# Each visible element with its own (direct) text, or a field with a value or a placeholder (in the placeholder's
+# colour): its text colour and the backgrounds up the tree,
 # alpha-composited up to the first opaque one (white where there is none), give WCAG's ratio. Each ancestor's
 # opacity fades the text too.
 # Colours go through a canvas so that any CSS colour syntax the browser computes (rgb, oklch, color()) is read.
@@ -40,7 +41,12 @@ CONTRAST_JS = """(root) => {
   const all = (root || document.body).querySelectorAll('*');
   for (const el of all) {
     if (['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE'].includes(el.tagName)) continue;
-    const text = Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
+    // a field's typed text is its value, not a child node; an empty field shows its placeholder, in its colour
+    const field = el instanceof HTMLInputElement || el instanceof HTMLTextAreaElement;
+    const shown = field && !['checkbox', 'radio', 'range', 'color', 'file', 'hidden'].includes(el.type);
+    const holder = shown && !el.value && el.placeholder;
+    const text = shown ? (el.value || el.placeholder || '').trim()
+      : Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
     if (!text) continue;
     const r = el.getBoundingClientRect();
     if (!el.getClientRects().length || r.width < 1 || r.height < 1) continue;
@@ -56,12 +62,14 @@ CONTRAST_JS = """(root) => {
     if (opacity < 0.05) continue;  // faded out (an animation's first frame): not shown
     let bg = [255, 255, 255, 1];
     for (let i = layers.length - 1; i >= 0; i--) bg = over(layers[i], bg);
-    const fg0 = rgba(el instanceof SVGElement ? st.fill : st.color);
+    const fg0 = rgba(el instanceof SVGElement ? st.fill : holder ? getComputedStyle(el, '::placeholder').color
+                                                                 : st.color);
     const fg = over([fg0[0], fg0[1], fg0[2], fg0[3] * opacity], bg);
     const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
     const ratio = (a + 0.05) / (b + 0.05);
     const cls = (typeof el.className === 'string' ? el.className : '').trim().split(/\\s+/).slice(0, 3).join('.');
-    out.push({ratio: Math.round(ratio * 100) / 100, text: text.slice(0, 40), fg: hex(fg), bg: hex(bg),
+    out.push({ratio: Math.round(ratio * 100) / 100, text: (holder ? 'placeholder: ' : '') + text.slice(0, 40),
+              fg: hex(fg), bg: hex(bg),
               el: el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + (cls ? '.' + cls : '')});
   }
   return out;
