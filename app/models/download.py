@@ -165,7 +165,7 @@ def pull(repo: str, filename: str, revision: str = "main", progress: Optional[Pr
         headers = build_hf_headers()
         headers["Accept-Encoding"] = "identity"
         try:
-            with open(part, "ab") as f:
+            with open(part, "ab") as f, fileops.staged(f"downloading {Path(filename).name}"):
                 http_get(rf.url, f, resume_size=have, headers=headers, expected_size=rf.size,
                          displayed_filename=Path(filename).name, tqdm_class=tqdm_class)
         except Cancelled:

@@ -14,8 +14,9 @@ import json
 import os
 import shutil
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from tqdm.auto import tqdm
 
@@ -97,11 +98,34 @@ def atomic_output(dest: Path) -> Iterator[Path]:
         raise
 
 
+_STAGE: ContextVar[str] = ContextVar("tandem_progress_stage", default="")
+
+
+def stage() -> str:
+    """The label of the innermost progress bar open in this thread ("fetching x.gguf", "deriving y.gguf (F32)"):
+    what the figures a progress callback is given right now count. One fetch runs several steps, each counting
+    from zero (the parts, then the assembled copy; the draft, then the target derived from it), so a figure
+    shown without its step's name would seem to go backwards."""
+    return _STAGE.get()
+
+
+@contextmanager
+def staged(label: str) -> Iterator[None]:
+    """Name the step for :func:`stage` where the figures come from elsewhere (huggingface_hub's own bar)."""
+    token = _STAGE.set(label)
+    try:
+        yield
+    finally:
+        _STAGE.reset(token)
+
+
 class ProgressBar:
-    """A terminal progress bar (tqdm) that also reports to an optional callback (the UI's)."""
+    """A terminal progress bar (tqdm) that also reports to an optional callback (the UI's); while it is open,
+    :func:`stage` names it."""
 
     def __init__(self, label: str, total: int, progress: Optional[Progress] = None):
-        self.total, self.done, self.progress = total, 0, progress
+        self.total, self.done, self.progress, self.label = total, 0, progress, label
+        self._token: Any = None
         self.bar = tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
                         disable=os.environ.get("TANDEM_QUIET") == "1")
 
@@ -112,7 +136,10 @@ class ProgressBar:
             self.progress(self.done, self.total)
 
     def __enter__(self) -> "ProgressBar":
+        self._token = _STAGE.set(self.label)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._token is not None:
+            _STAGE.reset(self._token)
         self.bar.close()

@@ -120,6 +120,7 @@ def import_gguf(path: Path | str, copy: bool = False, model_id: Optional[str] = 
         raise LibraryError(f"no such file: {src}")
     if not os.access(src, os.R_OK):
         raise LibraryError(f"cannot read {src}: permission denied (check the file's permissions)")
+    _check_signature(src)
     try:
         m, _ = meta.read(src)
     except GGUFError as exc:
@@ -141,6 +142,32 @@ def import_gguf(path: Path | str, copy: bool = False, model_id: Optional[str] = 
             return register(mid, dest, "import", name=m.name or src.stem, copied=True, sha256=digest)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _check_signature(src: Path) -> None:
+    """A file that does not begin with "GGUF" is refused in one plain sentence naming how it begins —
+    except the data folder's own files outside the models folder (a key, a store), whose bytes are never quoted."""
+    try:
+        with open(src, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise LibraryError(f"cannot read {src}: {exc.strerror or exc}") from None
+    if head == ggufheader.GGUF_MAGIC:
+        return
+    what = f"{src.name} is not a GGUF file"
+    where = src.resolve()
+    if where.is_relative_to(paths.home().resolve()) and not where.is_relative_to(paths.models_dir().resolve()):
+        raise LibraryError(f'{what} (a GGUF model file starts with "GGUF")')
+    raise LibraryError(f'{what}: it {_described(head)}, a GGUF model file starts with "GGUF"')
+
+
+def _described(head: bytes) -> str:
+    """How a file begins, in words: its first characters where they are plain text, else their byte values."""
+    if not head:
+        return "is empty"
+    if all(32 <= b < 127 for b in head):
+        return f'starts with "{head.decode("ascii")}"'
+    return "starts with the bytes " + " ".join(f"{b:02X}" for b in head)
 
 
 def _place(tmp: Path, base: str, digest: str, shown: str) -> Path:

@@ -1,8 +1,8 @@
 """Which files the app's handlers and API may open: files under the data directory and uploads (Gradio's upload
-folder); for Import by path also ``.gguf`` files in the user's home folder (a model in Downloads needs no
-upload). Any other path, whether it exists or not, gets one fixed message, so a client cannot probe the
-server's files (does ``/etc/shadow`` exist, what does it start with). The command line is not limited: it runs
-as the user, on the user's own files."""
+folder); for Import by path also a file named ``.gguf`` anywhere (the user's own model, in Downloads or on
+another disk, needs no upload). Any other path, whether it exists or not, gets one fixed message, which depends
+only on the name, so a client cannot probe the server's other files (does ``/etc/shadow`` exist, what does it
+start with). The command line is not limited: it runs as the user, on the user's own files."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from app.models import library
 from app.models.catalog import load
 
 REFUSED = ("no such model here: give an installed model id, a catalog id, a .gguf inside Tandem's data folder "
-           "(Import also takes a .gguf in your home folder), or upload the file")
+           "(Import takes a .gguf anywhere), or upload the file")
+IMPORT_REFUSED = ("Import by path takes a file whose name ends in .gguf (outside Tandem's data folder the name must "
+                  "say so): rename the file to .gguf, or upload it")
 
 
 class FileRefused(BadInput, ValueError):
@@ -52,22 +54,22 @@ class ImportRefused(BadInput, ValueError):
 
 def importable(ref: str) -> tuple[Path, bool]:
     """(the file, whether it lies outside :func:`roots`) for Import by path: what :func:`allowed_file` allows,
-    or a ``.gguf`` in the user's home folder. Inside those folders a missing file, a folder or an unreadable
-    file gets its own message (ImportRefused); any other path the fixed one (FileRefused)."""
+    or a file named ``.gguf`` anywhere. For those a missing file, a folder or an unreadable file gets its own
+    message (ImportRefused); any other path the fixed :data:`IMPORT_REFUSED` (FileRefused)."""
     path = Path(str(ref).strip()).expanduser()
     if not path.is_absolute():
         path = paths.home() / path
     path = Path(os.path.abspath(path))  # ".." resolved by name, links not yet followed
     if not _may_import(path):
-        raise FileRefused(REFUSED)
+        raise FileRefused(IMPORT_REFUSED)
     if not os.path.lexists(path):
         raise ImportRefused(f"no such file: {path}")
     try:
         real = path.resolve(strict=True)
     except (OSError, RuntimeError):
         raise ImportRefused(f"{path} is a link to a file that does not exist") from None
-    if not _may_import(real):  # a link out of the allowed folders, or to a file that is not a .gguf
-        raise FileRefused(REFUSED)
+    if not _may_import(real):  # a link out of the allowed folders to a file that is not named .gguf
+        raise FileRefused(IMPORT_REFUSED)
     if real.is_dir():
         raise ImportRefused(f"{path} is a folder: give the .gguf file inside it")
     if not real.is_file():
@@ -78,13 +80,10 @@ def importable(ref: str) -> tuple[Path, bool]:
 
 
 def _may_import(path: Path) -> bool:
+    """Inside the data folder or the uploads, any file; elsewhere one named .gguf (by name: nothing is read)."""
     if any(path.is_relative_to(root) for root in [*roots(), Path(os.path.abspath(paths.home()))]):
         return True
-    try:
-        home = Path.home().resolve()
-    except (OSError, RuntimeError):
-        return False
-    return path.suffix.lower() == ".gguf" and path.is_relative_to(home) and home != Path(home.anchor)
+    return path.suffix.lower() == ".gguf"
 
 
 def model_ref(ref: str) -> str:

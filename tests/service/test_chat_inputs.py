@@ -172,15 +172,17 @@ def test_the_models_api_cannot_probe_files(tmp_path, smol_paths):
     gradio_client = pytest.importorskip("gradio_client")
     from support.ui_server import app_url
 
-    from app.ui.files import REFUSED
+    from app.ui.files import IMPORT_REFUSED, REFUSED
 
     client = gradio_client.Client(app_url(), verbose=False)
-    answers = set()
+    answers, imports = set(), set()
     for path in ("/etc/shadow", "/etc/passwd", "/nonexistent/file.gguf", str(smol_paths[0]) + "/../../../etc"):
-        answers.add(client.predict(path, None, api_name="/models_import")[0])
+        if not path.endswith(".gguf"):  # Import by path takes a file named .gguf anywhere: the user's own model
+            imports.add(client.predict(path, None, api_name="/models_import")[0])
         answers.add(client.predict(path, "x", api_name="/models_check")[0])
         answers.add(client.predict(path, "Q4_0", api_name="/models_derive")[0])
     assert answers == {f"error: {REFUSED}"}  # one fixed answer: neither existence nor content shows
+    assert imports == {f"error: {IMPORT_REFUSED}"}  # one answer by the name alone
 
     half = cut(smol_paths[1], tmp_path / "half.gguf")  # an upload of a cut file is refused, not registered
     status = client.predict("", gradio_client.handle_file(str(half)), api_name="/models_import")[0]

