@@ -60,7 +60,7 @@ def build_app(state: AppState) -> gr.Blocks:
             with gr.Tab("Pair settings", id="pair"):
                 pair_info, pair_loaded, pair_view = pair.build(state)
             with gr.Tab("Models", id="models"):
-                models.build(state)
+                pair.follow(pair_view, models.build(state))  # Pair settings' lists follow the models folder
             with gr.Tab("Benchmark", id="bench"):
                 tuned = bench.build(state)
         gen = pair_view.gen  # the one set of generation settings: Chat and Compare read it
