@@ -192,6 +192,16 @@ class History:
             rows = db.execute(query + " ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
         return [self._summary(r) for r in rows]
 
+    def latest(self, pair_id: Optional[str], kinds: tuple = ("quick", "full")) -> Optional[dict]:
+        """The newest run of ``pair_id`` (exactly: None is a pair loaded from files) of one of ``kinds`` that
+        has a result (complete or partial), as ``get`` gives it; None if there is none."""
+        for row in self.list():
+            if row["pair_id"] == pair_id and row["kind"] in kinds and row["status"] in ("complete", "partial"):
+                run = self.get(row["id"])
+                if run and run.get("result"):
+                    return run
+        return None
+
     def get(self, run_id: int) -> Optional[dict]:
         """Everything stored about a run; ``result`` is the sweep's dict (None while running, None for an id
         that cannot be a row id, such as 99999999999999999999999)."""

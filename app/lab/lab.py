@@ -137,7 +137,7 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     max_tokens = req.max_tokens or (tune.QUICK_MAX_TOKENS if req.quick else tune.FULL_MAX_TOKENS)
     return tune.TuneConfig(candidates=candidates, ks=ks, prompts=prompts, max_tokens=max_tokens,
                            temperature=req.temperature, seed=req.seed, p_mins=tuple(req.p_mins),
-                           repeats=req.repeats, quick=req.quick)
+                           repeats=max(req.repeats, tune.QUICK_REPEATS) if req.quick else req.repeats, quick=req.quick)
 
 
 def run_lab(pair: Pair, cfg: tune.TuneConfig, pair_id: Optional[str],

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from app.lab import plots
+from app.lab.ranking import noise_words
 from app.numfmt import fmt as _fmt, k_text
 
 CSV_FILE, REPORT_FILE, JSON_FILE = "cells.csv", "report.md", "result.json"
@@ -55,15 +56,16 @@ OFF_ROW = {"draft": "off (plain decoding)", "k": "-", "speedup": 1.0}
 
 def cells_table(cells: Sequence[dict]) -> str:
     """Every cell ranked by speedup, with "off" (plain decoding, 1.00x by definition) ranked among them."""
-    head = "| draft | K | speedup | spread | accept | tok/pass | c | v | bound | paused | tok/s | prompts |"
+    head = "| draft | K | speedup | spread | repeats | accept | tok/pass | c | v | bound | paused | tok/s | prompts |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in sorted([*cells, OFF_ROW], key=lambda c: -(c["speedup"] or 0)):
         if c is OFF_ROW:
-            lines.append(f"| {c['draft']} | - | 1.00x | - | - | 1.00 | - | 1.00 | - | - | - | - |")
+            lines.append(f"| {c['draft']} | - | 1.00x | - | - | - | 1.00 | - | 1.00 | - | - | - | - |")
             continue
         lines.append(
             f"| {c['draft']} | {k_label(c)} | {_fmt(c['speedup'], '.2f', 'x')} | "
-            f"{_fmt(c.get('speedup_min'))}–{_fmt(c.get('speedup_max'))} | {_fmt(c['acceptance_rate'], '.0%')} | "
+            f"{_fmt(c.get('speedup_min'))}–{_fmt(c.get('speedup_max'))} | "
+            f"{_fmt(c.get('repeat_min'))}–{_fmt(c.get('repeat_max'))} | {_fmt(c['acceptance_rate'], '.0%')} | "
             f"{_fmt(c['mean_accepted'])} | {_fmt(c['c'])} | {_fmt(c['v'])} | {_fmt(c['bound'], '.2f', 'x')} | "
             f"{_fmt(c.get('paused'), '.0%')} | {_fmt(c.get('tps'), '.1f')} | {c.get('prompts', '-')} |")
     limits = {c["limit"] for c in cells if c.get("limit")}
@@ -91,7 +93,8 @@ def markdown(result: dict, meta: Optional[dict] = None, images: Optional[dict] =
         out[-1:] = [f"- {meta['standin']} (the text is the small model's, the cost per token the big one's)", ""]
     out += ["## Recommendation", ""]
     for cat, rec in (result.get("recommendations") or {}).items():
-        out.append(f"- **{cat}**: {recommendation_line(rec)}")
+        noise = noise_words(rec)
+        out.append(f"- **{cat}**: {recommendation_line(rec)}" + (f" — {noise}" if noise else ""))
     out += ["", "## Cells (median over prompts)", "", cells_table(result.get("cells", [])), ""]
     for err in result.get("errors", []):
         out.append(f"- skipped {err['draft']}: {err['error']}")

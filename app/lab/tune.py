@@ -11,7 +11,6 @@ min and max as the spread. Pure orchestration: no printing, no UI.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -22,6 +21,7 @@ from app.engine import limits
 from app.engine.llama.backend import BackendError, LoadOptions, Model
 from app.lab.bench import PRIVATE, encode, measure, public_dict
 from app.lab.prompts import Prompt
+from app.lab.ranking import recommend, repeat_range
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
 from app.engine.pair import Pair, draft_options_for, open_draft
 from app.engine.decoding.sampling import SamplerSettings
@@ -36,6 +36,7 @@ QUICK_KS: tuple = (2, 4, 8)
 FULL_KS: tuple = (1, 2, 3, 4, 6, 8, AUTO_K)
 QUICK_MAX_TOKENS, FULL_MAX_TOKENS = 32, 128
 QUICK_PROMPTS = ("code-fib", "chat-plants")
+QUICK_REPEATS = 2  # two passes over the prompts: the repeat range says how far the machine's noise reaches
 
 Progress = Callable[[int, int, str, Optional[float]], None]  # done, total, what, eta seconds
 
@@ -187,6 +188,7 @@ class CellPrompt:
     paused: Optional[float]
     limit: Optional[str]
     pooled: Summary = field(default_factory=Summary, repr=False, metadata=PRIVATE)  # its runs, for the cell's pool
+    runs: tuple = field(default=(), repr=False, metadata=PRIVATE)  # each run's speedup, in repeat order
 
     def to_dict(self) -> dict:
         return public_dict(self)
@@ -218,6 +220,8 @@ class Cell:
     limit: Optional[str]
     prompts: int
     complete: bool  # every prompt measured (not cut short by a cancel)
+    repeat_min: Optional[float]  # repeat range: the smallest and largest of the per-repeat medians over the
+    repeat_max: Optional[float]  # prompts (None with one repeat; ranking.py)
     per_prompt: list  # CellPrompt
 
     def to_dict(self) -> dict:
@@ -233,7 +237,8 @@ def _prompt_entry(prompt: Prompt, runs: list[tuple[Summary, float]]) -> CellProm
     return CellPrompt(id=prompt.id, category=prompt.category, speedup=median(speedups),
                       tps=median(st.tokens_per_s for st, _ in runs), baseline_tps=base,
                       acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, alpha=s.alpha,
-                      mean_k=s.mean_k, c=c, v=v, bound=bound, paused=s.paused_share, limit=s.limit, pooled=s)
+                      mean_k=s.mean_k, c=c, v=v, bound=bound, paused=s.paused_share, limit=s.limit, pooled=s,
+                      runs=tuple(speedups) if len(speedups) == len(runs) else ())
 
 
 def cell_summary(cand: Candidate, k, p_min, per_prompt: list[CellPrompt], n_prompts: int) -> Cell:
@@ -241,6 +246,7 @@ def cell_summary(cand: Candidate, k, p_min, per_prompt: list[CellPrompt], n_prom
     speedups = [p.speedup for p in per_prompt if p.speedup is not None]
     pooled = pool([p.pooled for p in per_prompt])
     med = lambda key: median(getattr(p, key) for p in per_prompt)  # noqa: E731
+    rep_lo, rep_hi = repeat_range([p.runs for p in per_prompt if p.runs])
     return Cell(
         draft=cand.id, proposer=cand.proposer, draft_path=cand.path, k=k, p_min=p_min,
         speedup=med("speedup"), speedup_min=min(speedups) if speedups else None,
@@ -249,33 +255,9 @@ def cell_summary(cand: Candidate, k, p_min, per_prompt: list[CellPrompt], n_prom
         mean_k=med("mean_k"), c=med("c"), v=med("v"), bound=med("bound"),
         tps=med("tps"), baseline_tps=med("baseline_tps"), per_position=pooled.per_position,
         paused=pooled.paused_share, limit=pooled.limit,
-        prompts=len(per_prompt), complete=len(per_prompt) == n_prompts, per_prompt=list(per_prompt),
+        prompts=len(per_prompt), complete=len(per_prompt) == n_prompts, repeat_min=rep_lo, repeat_max=rep_hi,
+        per_prompt=list(per_prompt),
     )
-
-
-def best_cell(cells: Sequence[Cell], category: Optional[str] = None) -> Optional[dict]:
-    """The cell with the highest median speedup (over the prompts of ``category`` when given), as the
-    recommendation the result, the history and the tuned settings keep."""
-    scored = []
-    for cell in cells:
-        rows = [p for p in cell.per_prompt if category in (None, "all") or p.category == category]
-        speedups = [p.speedup for p in rows if p.speedup is not None]
-        if speedups:
-            scored.append((statistics.median(speedups), min(speedups), max(speedups), cell))
-    if not scored:
-        return None
-    med, lo, hi, cell = max(scored, key=lambda t: t[0])
-    return {"draft": cell.draft, "proposer": cell.proposer, "draft_path": cell.draft_path,
-            "k": cell.k, "p_min": cell.p_min, "speedup": med, "speedup_min": lo, "speedup_max": hi,
-            "bound": cell.bound, "category": category or "all", "beats_plain": med > 1.0}
-
-
-def recommend(cells: Sequence[Cell], categories: Sequence[str]) -> dict:
-    """Best (draft, K, p_min) overall ('all') and per prompt category."""
-    out = {"all": best_cell(cells)}
-    for cat in dict.fromkeys(categories):
-        out[cat] = best_cell(cells, cat)
-    return {k: v for k, v in out.items() if v is not None}
 
 
 class _DraftSlot:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.lab.prompts import builtin_suite
-from app.lab import tune
+from app.lab import ranking, tune
 from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab
 from app.engine.stats import leviathan_bound
@@ -62,9 +62,9 @@ def test_cell_math_and_best():
         return tune.cell_summary(tune.Candidate(draft), k, None, entries, 2)
 
     cells = [cell(d, k, (s1, s2)) for d, k, s1, s2 in (("a", 2, 1.2, 1.4), ("a", 4, 1.9, 0.9), ("lookup", 2, 1.1, 1.6))]
-    best = tune.best_cell(cells)  # by the median over prompts (1.3, 1.4, 1.35), not by one prompt's best
+    best = ranking.best_cell(cells)  # by the median over prompts (1.3, 1.4, 1.35), not by one prompt's best
     assert (best["draft"], best["k"], best["speedup"]) == ("a", 4, pytest.approx(1.4))
-    recs = tune.recommend(cells, ["code", "chat"])
+    recs = ranking.recommend(cells, ["code", "chat"])
     assert (recs["code"]["draft"], recs["code"]["k"]) == ("a", 4)
     assert (recs["chat"]["draft"], recs["chat"]["k"]) == ("lookup", 2)
     assert recs["all"]["speedup_min"] == 0.9 and recs["all"]["speedup_max"] == 1.9
