@@ -23,7 +23,7 @@ def get(key: str) -> Optional[dict]:
 
 
 def save(key: str, tps: float, tokens: int, target: str, backend: str) -> dict:
-    entry = {"tps": tps, "tokens": tokens, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+    entry = {"tps": tps, "tokens": tokens, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),  # its age to the second
              "target": target, "backend": backend}
     with paths.store_lock(_file()):  # another process may be saving its own baseline
         data = paths.read_json(_file())

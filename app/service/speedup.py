@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Optional
 
-from app.engine.stats import costs
+from app.engine.stats import costs, expected_tokens
 from app.engine.summary import Summary
 
 MIN_PLAIN_STEPS = 3  # plain steps inside a reply needed to time a target step from the reply itself
@@ -43,12 +43,14 @@ def age(seconds: Optional[float]) -> str:
 
 
 def stamp_age(stamp: Optional[str], now: Optional[float] = None) -> Optional[float]:
-    """Seconds since a stored 'YYYY-MM-DD HH:MM' stamp (local time), or None."""
-    try:
-        then = time.mktime(time.strptime(str(stamp), "%Y-%m-%d %H:%M"))
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return (now if now is not None else time.time()) - then
+    """Seconds since a stored 'YYYY-MM-DD HH:MM:SS' stamp (local time; older ones without seconds), or None."""
+    for form in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            then = time.mktime(time.strptime(str(stamp), form))
+        except (TypeError, ValueError, OverflowError):
+            continue
+        return (now if now is not None else time.time()) - then
+    return None
 
 
 def estimate(summary: Summary, baseline: Optional[Mapping[str, Any]] = None,
@@ -57,21 +59,52 @@ def estimate(summary: Summary, baseline: Optional[Mapping[str, Any]] = None,
     made (nothing drafted, or no way to time a plain target step)."""
     if not summary.drafted or not summary.spec_steps:
         return None
-    plain_steps = summary.steps - summary.spec_steps
-    if plain_steps >= MIN_PLAIN_STEPS and summary.t_verify > summary.t_verify_spec:
-        t_step = (summary.t_verify - summary.t_verify_spec) / plain_steps
-        source = f"a plain target step timed in this reply ({plain_steps} plain steps, {1 / t_step:.1f} tok/s)"
-    elif baseline and baseline.get("tps"):
-        t_step = 1.0 / float(baseline["tps"])
-        source = (f"the plain speed measured {age(stamp_age(baseline.get('measured_at'), now))} "
-                  f"({float(baseline['tps']):.1f} tok/s)")
-    else:
+    step = target_step(summary, None, baseline, now)
+    if step is None:
         return None
+    t_step, source = step
     c, v, bound = costs(summary, 1.0 / t_step)
     if bound is None:
         return None
     return {"kind": "estimate", "speedup": bound, "alpha": summary.alpha, "k": summary.mean_k,
             "c": c, "v": v, "source": source}
+
+
+def target_step(summary: Summary, claim: Optional[Mapping[str, Any]] = None,
+                baseline: Optional[Mapping[str, Any]] = None, now: Optional[float] = None
+                ) -> Optional[tuple[float, str]]:
+    """(seconds of one plain target step, where that comes from): a measured claim's plain speed, else the
+    reply's own plain (paused) steps when it has enough of them, else the stored plain speed with its age."""
+    if claim and claim.get("plain_tps"):
+        return 1.0 / float(claim["plain_tps"]), claim["source"]
+    plain_steps = summary.steps - summary.spec_steps
+    if plain_steps >= MIN_PLAIN_STEPS and summary.t_verify > summary.t_verify_spec:
+        t_step = (summary.t_verify - summary.t_verify_spec) / plain_steps
+        return t_step, f"a plain target step timed in this reply ({plain_steps} plain steps, {1 / t_step:.1f} tok/s)"
+    if baseline and baseline.get("tps"):
+        tps = float(baseline["tps"])
+        when = f"measured {age(stamp_age(baseline['measured_at'], now))}" if baseline.get("measured_at") else "stored"
+        return 1.0 / tps, f"the plain speed {when} for this pair here ({tps:.1f} tok/s)"
+    return None
+
+
+def draft_costs(summary: Summary, claim: Optional[Mapping[str, Any]] = None,
+                baseline: Optional[Mapping[str, Any]] = None, now: Optional[float] = None) -> Optional[dict]:
+    """What a drafting pass of this reply cost, in plain target steps: ``c`` (draft seconds per drafted token ÷
+    one plain target step), ``v`` (a verify pass ÷ one plain target step), ``pass_cost`` = K·c + v, the tokens a
+    drafting pass yields by the model, E(α, K), and ``predicted`` = E / (K·c + v); None when nothing was drafted
+    or no plain target step is timed (see ``target_step``)."""
+    step = target_step(summary, claim, baseline, now)
+    if not summary.drafted or not summary.spec_steps or step is None:
+        return None
+    t_step, source = step
+    c, v, _ = costs(summary, 1.0 / t_step)
+    if c is None or v is None:
+        return None
+    tokens = expected_tokens(summary.alpha, summary.mean_k)
+    cost = summary.mean_k * c + v
+    return {"c": c, "v": v, "k": summary.mean_k, "alpha": summary.alpha, "tokens": tokens, "pass_cost": cost,
+            "predicted": tokens / cost if cost > 0 else None, "source": source}
 
 
 def measured(summary: Summary, plain: Optional[Mapping[str, Any]], now: Optional[float] = None
@@ -120,6 +153,19 @@ def seconds_saved(summary: Summary, claim: Optional[Mapping[str, Any]]) -> Optio
     if t < MIN_SAVED_S:  # an estimate from so short a reply says nothing about seconds
         return None
     return t * (claim["speedup"] - 1.0)
+
+
+def same_length(plain_tokens: int, plain_tps: float, spec_tokens: int, spec_tps: float) -> Optional[dict]:
+    """Two runs of one prompt compared at the same number of tokens, so that seconds saved and the speedup agree
+    when the outputs differ in length (sampled runs): ``ratio`` = spec tok/s ÷ plain tok/s, and for ``n`` tokens
+    (the longer output's) ``plain_s`` at the plain rate against ``spec_s`` at the speculative rate, ``saved`` =
+    plain_s − spec_s (negative: lost). None without two measured rates."""
+    if plain_tokens <= 0 or spec_tokens <= 0 or plain_tps <= 0 or spec_tps <= 0:
+        return None
+    n = max(plain_tokens, spec_tokens)
+    plain_s, spec_s = n / plain_tps, n / spec_tps
+    return {"n": n, "plain_s": plain_s, "spec_s": spec_s, "saved": plain_s - spec_s, "ratio": spec_tps / plain_tps,
+            "plain_tokens": plain_tokens, "spec_tokens": spec_tokens}
 
 
 def signature(pair_key: Optional[str], draft: Optional[str], resolved: Mapping[str, Any]) -> str:

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline and private: no telemetry calls
@@ -62,7 +63,7 @@ def build_app(state: AppState) -> gr.Blocks:
             with gr.Tab("Models", id="models"):
                 pair.follow(pair_view, models.build(state))  # Pair settings' lists follow the models folder
             with gr.Tab("Benchmark", id="bench"):
-                tuned = bench.build(state)
+                bench_view = bench.build(state)
         gen = pair_view.gen  # the one set of generation settings: Chat and Compare read it
         chat_view = chat.build(state, gen, chat_layout)
         compare_view = compare.build(state, gen, compare_layout)
@@ -70,14 +71,18 @@ def build_app(state: AppState) -> gr.Blocks:
                        [chat_view.goto, compare_view.goto], tabs)
         pair_loaded.then(lambda: _header(state, ready=True), None, [header], api_visibility="private", queue=False,
                          show_progress="hidden")
-        for switched in offer.wire(demo, state, offer_view):  # the offer loaded another pair: what names it follows
+        _follow_pair(state, pair_loaded, [chat_view.counters, chat_layout.last, chat_layout.note], bench_view)
+        switches = offer.wire(demo, state, offer_view)
+        for switched in switches:  # the offer loaded another pair: what names it follows
             switched.then(lambda: _header(state, ready=True), None, [header], api_visibility="private", queue=False,
                           show_progress="hidden")
             switched.then(lambda: pair.info_html(state), None, [pair_info], api_visibility="private", queue=False,
                           show_progress="hidden")
+            _follow_pair(state, switched, [chat_view.counters, chat_layout.last, chat_layout.note], bench_view)
         pair_loaded.then(lambda: gen.choices(state), None, gen.components,  # MTP offered or not
                          api_visibility="private", queue=False, show_progress="hidden")
         local = chat_view.local + compare_view.local
+        tuned = bench_view.applied
         if tuned is not None:  # "Use this" or a full sweep changed the defaults: the open Chat and Compare follow
             tuned.change(lambda: (local + gen).tuned(state), None, (local + gen).components,
                          api_visibility="private", queue=False, show_progress="hidden")
@@ -92,6 +97,19 @@ def build_app(state: AppState) -> gr.Blocks:
                    chat_view.settings_line, compare_view.settings_line],
                   api_visibility="private", queue=False, show_progress="hidden")
     return demo
+
+
+def _follow_pair(state: AppState, loaded: Any, chat_panel: list, bench_view: Any) -> None:
+    """After another pair is loaded every figure on screen is the new pair's: the Chat panel's (``chat_panel``:
+    the counters, the last reply whose plain run Measure would time, the measure note — all the previous
+    pair's) and the Benchmark tab's latest sweep."""
+    def chat_figures():
+        name = state.pair_id or Path(state.target_path or "?").name
+        return panel.pair_counters_html(name, state.baseline()), {}, ""
+
+    loaded.then(chat_figures, None, chat_panel, api_visibility="private", queue=False, show_progress="hidden")
+    loaded.then(lambda: bench.follow_pair(state, bench_view), None, bench.follow_outputs(bench_view),
+                api_visibility="private", queue=False, show_progress="hidden")
 
 
 def _wire_settings(gen: Controls, status: Any, lines: list, gotos: list, tabs: gr.Tabs) -> None:

@@ -15,10 +15,14 @@ from app.engine.events import KINDS, StopReason, TokenKind
 from app.engine.names import AUTO_K, ProposerName
 from app.engine.summary import Summary
 from app.numfmt import fmt, k_text
+from app.service import speedup
 from app.service.settings import proposer_words
 from app.ui.style import CSS, HEAD  # noqa: F401  (re-exported: the app serves them)
 
 _fmt = functools.partial(fmt, none="–")  # the UI's dash
+ACCEPTANCE = "acceptance (accepted ÷ drafted)"  # one definition per label (engine/stats.py)
+COST_C = "c (draft ÷ target step)"
+BARS_TITLE = "Accepted at position i, given 1…i−1 were"
 
 KIND_LABELS: dict[str, tuple[str, str, str]] = {
     TokenKind.ACCEPTED: ("accepted draft", "drafted by the draft model and verified by the target", "green tint"),
@@ -31,13 +35,16 @@ KIND_LABELS: dict[str, tuple[str, str, str]] = {
 
 GLOSSARY = [
     ("tokens/s", "Tokens generated per second of decoding; reading the prompt is not counted."),
-    ("acceptance", "Share of drafted tokens the target accepted (accepted ÷ drafted)."),
+    (ACCEPTANCE, "Share of drafted tokens the target accepted (accepted ÷ drafted). A draft's tokens after its "
+                 "first rejection count as drafted and not accepted: the target never judged them."),
     ("tokens / pass", "Tokens emitted per forward pass of the target; 1.0 without speculation, higher is better."),
     ("K", "Draft length: how many tokens the draft proposes before the target checks them all in one pass; "
           "auto picks K before every pass, mean K is the average over the reply."),
     ("α (alpha)", "Probability that the target accepts a drafted token, counted over the positions it judged."),
-    ("c", "Cost of one draft token in plain target steps: c = 0.4 means a draft token takes 40 % of the time "
-          "of one target step."),
+    (COST_C, "Cost of one draft token in plain target steps (draft seconds per drafted token ÷ the seconds of "
+             "one plain target step): c = 0.4 means a draft token takes 40 % of the time of one target step. A "
+             "drafting pass costs K·c + v target steps, so a draft that is right 90 % of the time but costs "
+             "c = 0.8 gives about 1×."),
     ("v", "Cost of one verification pass (K + 1 tokens at once) in plain target steps."),
     ("speedup, estimate", "What the model predicts from α, K, c and v: (1 − α^(K+1)) / ((1 − α)(K·c + v))."),
     ("speedup, measured", "This reply's tokens/s divided by a plain run's tokens/s on the same prompt "
@@ -45,8 +52,10 @@ GLOSSARY = [
     ("bonus", "The extra token the target adds for free when it accepts the whole draft."),
     ("target-corrected", "Where the target rejected the draft: its own token replaces the draft's; click or tap "
                          "it to see what the draft proposed."),
-    ("acceptance by draft position", "For each position 1…K in a draft, the share of the drafts reaching it "
-                                     "whose token there was accepted."),
+    ("acceptance by draft position", "For each position i of a draft: accepted at position i, given positions "
+                                     "1…i−1 were (the target judges a position only when every one before it "
+                                     "was accepted). Higher than the overall acceptance, which also counts the "
+                                     "positions after a rejection, never judged."),
     ("paused", "Target passes where auto K drafted nothing (K = 0) because drafting would not have paid."),
 ]
 
@@ -83,13 +92,16 @@ def bars_html(per_position: Sequence[float], max_bars: int = 16) -> str:
     if not values:
         return '<div class="tdm-muted">Acceptance by draft position appears after the first drafts.</div>'
     bars = "".join(
-        f'<div class="tdm-bar" title="draft position {i}: {v:.0%} accepted">'
+        f'<div class="tdm-bar" title="draft position {i}: {v:.0%} accepted of the drafts whose positions 1…{i - 1} '
+        f'were accepted">'
         f'<div class="tdm-bar-fill" style="height:{min(max(v, 0.0), 1.0) * 100:.0f}%"></div></div>'
         for i, v in enumerate(values, start=1)
     )
     ticks = "".join(f"<span>{i}</span>" for i in range(1, len(values) + 1))
     return (f'<div class="tdm-chart" role="img" aria-label="acceptance by draft position">'
-            f'<div class="tdm-chart-title">Acceptance by draft position (% of drafts reaching it)</div>'
+            f'<div class="tdm-chart-title">{BARS_TITLE}</div>'
+            f'<div class="tdm-chart-title">A draft is judged only up to its first rejection, so these read higher '
+            f'than the acceptance, which counts every drafted token.</div>'
             f'<div class="tdm-yaxis"><span>100%</span><span>50%</span><span>0%</span></div>'
             f'<div class="tdm-bars">{bars}</div><div class="tdm-xaxis">{ticks}</div>'
             f'<div class="tdm-xlabel">draft position</div></div>')
@@ -127,16 +139,22 @@ def counters_html(summary: Summary, speculative: bool, claim: Optional[dict] = N
     lines: list[str] = []
     if speculative:
         items += [
-            _stat("acceptance", _fmt(summary.acceptance_rate, ".0%") if summary.drafted else "–",
-                  "accepted draft tokens ÷ drafted tokens"),
+            _stat(ACCEPTANCE, _fmt(summary.acceptance_rate, ".0%") if summary.drafted else "–",
+                  "accepted draft tokens ÷ drafted tokens (tokens after a rejection count as not accepted)"),
             _stat("tokens / pass", _fmt(summary.mean_accepted, ".2f"),
                   "tokens emitted per target forward pass (1.0 without speculation)"),
             _stat("mean K", _fmt(summary.mean_k, ".1f"), "drafted tokens per target pass that drafted"),
         ]
+        cost = speedup.draft_costs(summary, claim, {"tps": summary.baseline_tps} if summary.baseline_tps else None)
+        if summary.drafted:
+            items.append(_stat(COST_C, _fmt(cost["c"] if cost else None, ".2f"),
+                               "draft seconds per drafted token ÷ seconds of one plain target step"))
         if summary.tokens:
             if claim:
                 items.append(_claim_stat(claim))
             lines.append(claim_note(claim))
+        if summary.drafted:
+            lines.append(cost_line(cost))
         pause = pause_line(summary)
         if pause:
             lines.append(pause)
@@ -148,6 +166,34 @@ def counters_html(summary: Summary, speculative: bool, claim: Optional[dict] = N
     if speculative:
         out += bars_html(summary.per_position)
     return out
+
+
+def pair_counters_html(pair: str, baseline: Optional[dict], now: Optional[float] = None) -> str:
+    """The panel right after another pair was loaded: nothing of the previous pair's, and this pair's plain speed
+    with its age, or that it is not measured for this pair yet (and how to measure it)."""
+    if baseline and baseline.get("tps"):
+        when = speedup.age(speedup.stamp_age(baseline.get("measured_at"), now))
+        plain = (f"Plain speed of {pair} here: {float(baseline['tps']):.1f} tok/s, measured {when} "
+                 f"({baseline.get('measured_at')}, {baseline.get('tokens', '?')} tokens).")
+    else:
+        plain = (f"Plain speed of {pair}: not measured for this pair here yet. Press Measure plain speed (a few "
+                 "seconds); until then a reply's speedup is the model's estimate, labelled as one.")
+    return (f'<div class="tdm-note tdm-pair-switched">Loaded {esc(pair)}: the previous pair\'s figures are '
+            f'cleared; the next reply shows its own.</div>'
+            f'<div class="tdm-note">{esc(plain)}</div>')
+
+
+def cost_line(cost: Optional[dict]) -> str:
+    """Why a high acceptance can still give about 1×: what a drafting pass costs against what it yields."""
+    if cost is None:
+        return ("c (the draft's cost) needs one plain target step timed for this pair: press Measure plain speed. "
+                "A drafting pass costs K·c + v target steps, so a right but slow draft gains nothing.")
+    k, c, v = cost["k"], cost["c"], cost["v"]
+    per_step = _fmt(cost["predicted"], ".2f")
+    return (f"Why this speed: a drafting pass costs K·c + v = {k:.1f}·{c:.2f} + {v:.2f} = {cost['pass_cost']:.1f} "
+            f"target steps and yields ≈{cost['tokens']:.1f} tokens: {per_step} tokens per target step's time, "
+            f"against 1 for plain decoding. A high acceptance pays only with a cheap draft (small c). Target step "
+            f"from {cost['source']}.")
 
 
 def pause_line(summary: Summary) -> Optional[str]:
@@ -207,7 +253,7 @@ def compare_row_html(result: dict, spec: Optional[Summary] = None) -> str:
         _stat("speedup, measured" if drafted else "ratio, nothing drafted", _fmt(result.get("speedup"), ".2f", "×"),
               "speculative tok/s ÷ plain tok/s" + ("" if drafted else ": both runs decoded plainly"),
               ("tdm-good" if (result.get("speedup") or 0) >= 1 else "tdm-bad") if drafted else ""),
-        _stat("acceptance", _fmt(result.get("acceptance_rate"), ".0%") if drafted else "–"),
+        _stat(ACCEPTANCE, _fmt(result.get("acceptance_rate"), ".0%") if drafted else "–"),
         _stat("tokens / pass", _fmt(result.get("mean_accepted"), ".2f")),
     ]
     pause = pause_line(spec) if spec is not None else None

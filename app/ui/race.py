@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from app.engine.events import TokenKind
+from app.service import speedup
 from app.ui.panel import esc, reason_text, status_html
 from app.ui.reply import compact, markdown_box
 
@@ -56,18 +57,34 @@ def _lane(title: str, live, other: float, nonce: int) -> str:
             f'{body}</div>')
 
 
+def saving_text(plain, spec) -> str:
+    """Seconds saved and the speedup from the same decode rates (the result row's), per the same number of
+    tokens, with both lengths named when they differ (``speedup.same_length``)."""
+    ps, ss = plain.summary(), spec.summary()
+    cmp = speedup.same_length(len(plain.tokens), ps.tokens_per_s, len(spec.tokens), ss.tokens_per_s)
+    if cmp is None:
+        return "no decode rate to compare."
+    n, saved = cmp["n"], cmp["saved"]
+    if all(t.kind == TokenKind.PLAIN for t in spec.tokens):  # nothing drafted: nothing to save or cost anything
+        return (f"nothing was drafted, so both runs decoded plainly: {cmp['ratio']:.2f}× the plain rate, "
+                f"{secs(abs(saved))} s over {n} tokens, is timing noise.")
+    word = f"{secs(saved)} s saved" if saved >= 0 else f"{secs(-saved)} s lost"
+    text = (f"speculation decoded at {cmp['ratio']:.2f}× the plain rate: {n} tokens in {secs(cmp['spec_s'])} s "
+            f"instead of {secs(cmp['plain_s'])} s, {word} (prompt processing excluded)")
+    if cmp["spec_tokens"] != cmp["plain_tokens"]:
+        text += (f". The outputs differ in length (plain {cmp['plain_tokens']} tokens, speculative "
+                 f"{cmp['spec_tokens']}), so the runs are compared per token, not by their finish times")
+    return text + "."
+
+
 def race_html(plain, spec, nonce: int = 0) -> Optional[str]:
     """Both finished runs replayed side by side at their real timing; None if either did not finish."""
     if plain.done is None or spec.done is None or not plain.times or not spec.times:
         return None
     tp, ts = _duration(plain), _duration(spec)
-    saved = tp - ts
-    word = f"speculation saved {secs(saved)} s" if saved >= 0 else f"speculation cost {secs(-saved)} s"
-    word += f" of {secs(tp)} s"
-    if all(t.kind == TokenKind.PLAIN for t in spec.tokens):  # nothing drafted: nothing to save or cost anything
-        word = (f"nothing was drafted, so both runs decoded plainly: the {secs(abs(saved))} s of {secs(tp)} s "
-                f"between them is timing noise")
-    return (f'<div class="tdm-race-wrap" data-run="{nonce}"><div class="tdm-note">Replay at real speed '
-            f'(prompt processing included): {esc(word)}.</div><div class="tdm-race">'
+    saving = saving_text(plain, spec)
+    return (f'<div class="tdm-race-wrap" data-run="{nonce}"><div class="tdm-note tdm-saving">'
+            f'{esc(saving[:1].upper() + saving[1:])}</div>'
+            f'<div class="tdm-note">Replay at real speed (prompt processing included):</div><div class="tdm-race">'
             f'{_lane("Speculation off (plain)", plain, ts, nonce)}{_lane("Speculation on", spec, tp, nonce)}'
             f'</div></div>')

@@ -1,6 +1,6 @@
 """Issue 22 in headless Chromium, the Benchmark, Models and Pair settings parts: the sweep's progress bar is
-visible and "No result yet" goes when a sweep starts; an Import error shows next to the button and a .gguf in
-the home folder imports by path; the Models tab is filled on open with the installed demo pair checked
+visible and the recommendation says a sweep is running as soon as it starts; an Import error shows next to the
+button and a .gguf in the home folder imports by path; the Models tab is filled on open with the installed demo pair checked
 compatible and no Hub model preselected; the plots are readable with their legends outside the axes; the
 History is filled on open; headers do not break mid-word. Each state is saved in ``test-artifacts/``."""
 
@@ -126,10 +126,9 @@ def test_the_sweep_shows_a_visible_progress_bar_and_readable_plots(page):
     page.get_by_label("Drafts").fill("SmolLM2-135M-Instruct.Q4_1")
     page.get_by_label("K values").fill("2,4")
     page.get_by_label("Tokens per run").fill("16")
-    assert "No result yet" in page.inner_text("#tdm-bench-recommendation")
     page.get_by_role("button", name="Run sweep").click()
-    page.wait_for_function("!document.querySelector('#tdm-bench-recommendation').innerText.includes('No result yet')",
-                           timeout=5000)  # replaced at once, not when the sweep ends
+    page.wait_for_function("document.querySelector('#tdm-bench-recommendation').innerText.includes('A sweep is "
+                           "running')", timeout=5000)  # what was there is replaced at once, not when the sweep ends
     bar = page.locator("#tdm-bench-status .progress-bar, #tdm-bench-status .eta-bar, "
                        "#tdm-bench-status .progress-text").first
     bar.wait_for(state="visible")

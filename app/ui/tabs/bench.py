@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
@@ -19,70 +20,24 @@ from app.lab.prompts import CATEGORIES, FIM
 from app.lab.history import History
 from app.lab.lab import LabRequest, discover, plan, run_lab, tuned_settings
 from app.lab.result import SweepResult
-from app.lab.report import compare_markdown, k_label, recommendation_line
+from app.lab import eta
+from app.lab.report import compare_markdown, k_label
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
 from app.service.state import session_key
-from app.ui import files, panel
+from app.ui import files
 from app.ui.api import disk_words, refused
 from app.ui.tabs import sizes
+from app.ui.tabs.benchview import CELL_HEADERS, RUN_HEADERS, cells_rows, history_rows, lab_glossary_html, \
+    latest_ids, latest_md, latest_result, quick_md, recommendation_md, running_words
 from app.ui.controls import GEN
-from app.ui.panel import _fmt as _f
 
 # The suites offered: every category, and the editors' completion requests (a code model with FIM tokens only)
 SUITES = [("all", "all"), *((c, c) for c in CATEGORIES), ("Code completion (FIM)", FIM)]
-CELL_HEADERS = ["draft", "K", "speedup", "spread", "accept", "tok/pass", "c", "v", "bound", "tok/s", "prompts"]
-RUN_HEADERS = ["id", "when", "pair", "status", "kind", "best"]
-
-
-def cells_rows(result: Optional[dict]) -> list[list]:
-    rows = []
-    for c in sorted((result or {}).get("cells", []), key=lambda c: -(c["speedup"] or 0)):
-        rows.append([c["draft"], k_label(c), _f(c["speedup"], ".2f", "x"),
-                     f"{_f(c['speedup_min'])}–{_f(c['speedup_max'])}", _f(c["acceptance_rate"], ".0%"),
-                     _f(c["mean_accepted"]), _f(c["c"]), _f(c["v"]), _f(c["bound"], ".2f", "x"), _f(c["tps"], ".1f"),
-                     c["prompts"]])
-    for err in (result or {}).get("errors", []):  # a draft that could not be loaded or run: a failed row
-        rows.append([err["draft"], "–", "failed", err["error"], *["–"] * 6, 0])
-    return rows
-
-
-def recommendation_md(result: Optional[dict]) -> str:
-    if result and result.get("status") == "failed":
-        return "\n".join(["**The sweep failed: no draft could be measured.**",
-                          *(f"- {err['draft']}: {err['error']}" for err in result.get("errors", []))])
-    if not result or not result.get("cells"):
-        return "No result yet: run a sweep (Quick takes about half a minute on the demo pair)."
-    head = "**Partial result (cancelled)** — " if result.get("partial") else ""
-    lines = [f"{head}Plain decoding: {_f(result.get('baseline_tps'), '.1f')} tokens/s. Best per prompt category:"]
-    for cat, rec in (result.get("recommendations") or {}).items():
-        lines.append(f"- **{cat}**: {recommendation_line(rec)}")
-    for err in result.get("errors", []):
-        lines.append(f"- skipped {err['draft']}: {err['error']}")
-    return "\n".join(lines)
 
 
 RUNNING = ("**A sweep is running** — its progress is shown above; the recommendation, the plots and the cells "
            "appear here when it ends (Cancel keeps what was measured so far).")
-
-
-def lab_glossary_html() -> str:
-    """The cells' columns in the Chat glossary's words (α, c, v, bound = the Chat's "speedup, estimate")."""
-    words = dict(panel.GLOSSARY)
-    terms = [("speedup", "Median over the prompts of the speculative run's tokens/s divided by the plain run's "
-                         "tokens/s, measured here; spread: the smallest and largest over the prompts."),
-             ("accept", words.get("acceptance")), ("tok/pass", words.get("tokens / pass")), ("K", words.get("K")),
-             ("α (alpha)", words.get("α (alpha)")), ("c", words.get("c")), ("v", words.get("v")),
-             ("bound", "The speedup predicted from this cell's measured α, K, c and v (the Chat's \"speedup, "
-                       "estimate\"): (1 − α^(K+1)) / ((1 − α)(K·c + v)). Dashed in Speedup vs K; Measured vs "
-                       "predicted sets the two side by side.")]
-    rows = "".join(f"<dt>{panel.esc(term)}</dt><dd>{panel.esc(text)}</dd>" for term, text in terms if text)
-    return f'<dl class="tdm-glossary">{rows}</dl>'
-
-
-def history_rows(hist: History) -> list[list]:
-    return [[r["id"], r["created_at"], r["pair_id"] or "–", r["status"], r["kind"],
-             recommendation_line(r["best"]) if r["best"] else "–"] for r in hist.list()]
 
 
 def _images(result: Optional[dict]) -> list:
@@ -132,15 +87,32 @@ def _cancel_key(request) -> str:
 
 
 def build(state):
-    """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults). Returns a
-    hidden number that changes whenever the defaults of Chat and Compare do ("Use this", a full sweep)."""
+    """The Benchmark tab; ``state`` is the app's AppState (pair, generation lock, defaults). Returns its
+    components; ``applied``, a hidden number, changes whenever the defaults of Chat and Compare do ("Use this",
+    a full sweep)."""
     tuned = load_tuned(state.pair_id)
     if tuned:  # what was tuned on this machine becomes the defaults of Chat and Compare
         state.apply_defaults(tuned)
     hist = Histories()
-    view = layout(hist)
+    view = layout(state, hist)
     wire(state, view, hist)
-    return view.applied
+    view.hist = hist
+    return view
+
+
+def follow_outputs(view: SimpleNamespace) -> list:
+    """What shows the loaded pair's figures (``follow_pair``'s outputs)."""
+    return [view.current, view.status, view.recommendation, view.category, view.plot_k, view.plot_pos, view.plot_mp,
+            view.cells, view.runs, view.quick_eta]
+
+
+def follow_pair(state, view: SimpleNamespace) -> tuple:
+    """Another pair was loaded: its latest sweep (or that it has none) in place of the previous pair's figures,
+    and its quick-sweep estimate."""
+    hist = view.hist()
+    out = list(render_result(latest_result(state.pair_id, hist), hist))
+    out[1:3] = ["", latest_md(state.pair_id, hist)]
+    return (*out, quick_md(state, hist))
 
 
 class Histories:
@@ -155,7 +127,7 @@ class Histories:
         return self._h
 
 
-def layout(hist: Histories) -> SimpleNamespace:
+def layout(state, hist: Histories) -> SimpleNamespace:
     """Place the components; returned by name for ``wire``."""
     gr.Markdown("### Pair lab: which draft and K are fastest on *this* machine\n"
                 f"Measured here: {describe_machine(machine_info())}. Plain runs interleave with speculative ones; "
@@ -168,14 +140,16 @@ def layout(hist: Histories) -> SimpleNamespace:
     with gr.Row():
         max_tokens = gr.Number(None, label="Tokens per run", info="empty: 32 quick, 128 full", precision=0)
         temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature")
-        quick = gr.Checkbox(True, label="Quick (~30 s on the demo pair)",
-                            info="own draft + lookup, K 2,4,8, two short prompts")
+        with gr.Column():
+            quick = gr.Checkbox(True, label="Quick", elem_id="tdm-quick",
+                                info="own draft + lookup, K 2,4,8, two short prompts, twice (the repeat range)")
+            quick_eta = gr.Markdown(lambda: quick_md(state, hist()), elem_id="tdm-quick-eta")
     with gr.Row():
         run_btn = gr.Button("Run sweep", variant="primary")
         cancel_btn = gr.Button("Cancel", variant="stop")
         drafts_btn = gr.Button("List candidate drafts")
     status = gr.Markdown("", elem_id="tdm-bench-status")  # the sweep's progress bar is drawn here
-    recommendation = gr.Markdown(recommendation_md(None), elem_id="tdm-bench-recommendation")
+    recommendation = gr.Markdown(lambda: latest_md(state.pair_id, hist()), elem_id="tdm-bench-recommendation")
     with gr.Row():
         category = gr.Dropdown([], label="Recommendation for", scale=2)
         use_btn = gr.Button("Use this", variant="secondary", scale=1)
@@ -198,8 +172,10 @@ def layout(hist: Histories) -> SimpleNamespace:
         runs = gr.Dataframe(headers=RUN_HEADERS, value=lambda: history_rows(hist()),  # read again on every open
                             label="Stored runs (newest first)", interactive=False, elem_id="tdm-runs")
         with gr.Row():
-            run_a = gr.Number(None, label="Run A", precision=0)
-            run_b = gr.Number(None, label="Run B (compare)", precision=0)
+            run_a = gr.Textbox(lambda: latest_ids(hist())[0], label="Run A", elem_id="tdm-run-a",
+                               placeholder="a run id from the table (none stored yet)")
+            run_b = gr.Textbox(lambda: latest_ids(hist())[1], label="Run B (compare)", elem_id="tdm-run-b",
+                               placeholder="a second run id")
             refresh_btn = gr.Button("Refresh")
             show_btn = gr.Button("Show A")
             compare_btn = gr.Button("Compare A and B")
@@ -207,7 +183,7 @@ def layout(hist: Histories) -> SimpleNamespace:
             export_btn = gr.Button("Export report of A")
         history_md = gr.Markdown("")
         report_file = gr.File(label="Report (Markdown + plots + CSV, zip)", interactive=False)
-    current = gr.State(None)
+    current = gr.State(lambda: latest_result(state.pair_id, hist()))
     return SimpleNamespace(**{k: v for k, v in locals().items() if k != "hist"})
 
 
@@ -237,12 +213,15 @@ def wire(state, v: SimpleNamespace, hist: Histories) -> None:
                     api_name="tune", show_progress_on=[v.status], **GEN) \
         .then(on_render, [v.result_json], outputs, api_visibility="private", show_progress="hidden") \
         .then(after_sweep, [v.result_json, v.applied], [v.applied], api_visibility="private",
-              show_progress="hidden")
+              show_progress="hidden") \
+        .then(lambda: (*latest_ids(hist()), quick_md(state, hist())), None, [v.run_a, v.run_b, v.quick_eta],
+              api_visibility="private", show_progress="hidden")
     v.cancel_btn.click(on_cancel, None, [v.status], queue=False, api_visibility="private")
     v.drafts_btn.click(on_list, None, [v.status], api_visibility="private", **GEN)
     v.use_btn.click(on_use, [v.current, v.category, v.applied], [v.use_status, v.applied],
                     api_visibility="private", show_progress_on=[v.use_status])
-    v.refresh_btn.click(lambda: history_rows(hist()), None, [v.runs], api_visibility="private")
+    v.refresh_btn.click(lambda: (history_rows(hist()), *latest_ids(hist())), None, [v.runs, v.run_a, v.run_b],
+                        api_visibility="private")
     v.show_btn.click(lambda a: show_run(hist, a), [v.run_a], outputs, api_visibility="private",
                      show_progress_on=[v.status])
     v.compare_btn.click(lambda a, b: compare_runs(hist, a, b), [v.run_a, v.run_b], [v.history_md],
@@ -273,9 +252,14 @@ def tune(state, drafts: str, ks: str, suite: str, max_tokens, temperature: float
         except ValueError as exc:
             raise refused(str(exc)) from None
 
-        def on_progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
-            eta_text = f", ETA {int(eta)} s" if eta is not None else ""
-            progress((done, total), desc=f"{what}{eta_text}", unit="runs")
+        expected = eta.words(eta.estimate(cfg.total_runs(), cfg.max_tokens,
+                                          latest_result(state.pair_id, History()), state.baseline_tps()))
+        started = time.monotonic()
+        progress(0.0, desc=f"{cfg.total_runs()} runs: {expected}")
+
+        def on_progress(done: int, total: int, what: str, _eta: Optional[float]) -> None:
+            progress((done, total), desc=f"{what} · {running_words(time.monotonic() - started, done, total)}",
+                     unit="runs")
 
         with disk_words():
             result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
@@ -314,7 +298,9 @@ def use_this(state, result: Optional[dict], cat: Optional[str], n):
 
 
 def parse_id(value) -> Optional[int]:
-    return int(value) if value not in (None, "") else None
+    """A run id from the form ("3", "#3", 3); None for anything else."""
+    text = str(value if value is not None else "").strip().lstrip("#")
+    return int(text) if text.isdigit() else None
 
 
 def show_run(hist: Histories, a):

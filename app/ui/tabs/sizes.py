@@ -96,7 +96,8 @@ def wire(state, v: SimpleNamespace, tab: SimpleNamespace, hist: Callable[[], Any
 
 def show(history: Any, run_id) -> tuple:
     """A stored size sweep shown here ("Show A" in the History); any other run leaves this part as it is."""
-    run = history.get(int(run_id)) if run_id not in (None, "") else None
+    text = str(run_id if run_id is not None else "").strip().lstrip("#")
+    run = history.get(int(text)) if text.isdigit() else None
     result = (run or {}).get("result") or {}
     if result.get("kind") != "sizes":
         return tuple(gr.update() for _ in range(5))

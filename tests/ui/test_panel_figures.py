@@ -1,0 +1,43 @@
+"""The live panel's figures, each with one definition per label (``app/ui/panel.py``): acceptance (accepted ÷
+drafted) apart from the per-position bars (accepted at position i, given 1…i−1 were), and the draft's cost c
+with the reason a high acceptance can still give about 1×. Pure HTML from hand-made summaries."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.engine.summary import Summary
+from app.ui import panel
+
+# 90 % accepted at K = 5 yet about 1×: a draft token costs 0.8 of a target step (4 plain passes time a step: 10 ms)
+SLOW_DRAFT = Summary(tokens=454, steps=104, drafted=500, accepted=450, acceptance_rate=0.9, mean_accepted=4.37,
+                     alpha=450 / 500, mean_k=5.0, rejections=50, spec_steps=100, t_verify_spec=1.2,
+                     tokens_per_s=113.5, t_draft=4.0, t_verify=1.24, t_total=4.0,
+                     per_position=[1.0, 0.98, 0.95, 0.93, 0.9])
+
+
+def test_the_panel_shows_c_and_why_a_high_acceptance_gives_about_1x():
+    html = panel.counters_html(SLOW_DRAFT, True, None)
+    assert "c (draft ÷ target step)" in html and "0.80" in html
+    assert "acceptance (accepted ÷ drafted)" in html and "given 1…i−1 were" in html
+    assert "K·c + v = 5.0·0.80 + 1.20 = 5.2 target steps" in html and "small c" in html
+    unknown = panel.counters_html(replace(SLOW_DRAFT, steps=100, t_verify=1.2), True, None)
+    assert "Measure plain speed" in unknown and "c (draft ÷ target step)" in unknown
+    assert "tdm-bar" in html and "were accepted" in html
+
+
+def test_compare_and_the_glossary_use_the_same_words():
+    row = panel.compare_row_html({"plain_tps": 20.0, "spec_tps": 30.0, "speedup": 1.5, "acceptance_rate": 0.6,
+                                  "mean_accepted": 2.0, "identical": True, "order": "plain, then speculative"})
+    assert panel.ACCEPTANCE in row
+    glossary = panel.glossary_html()
+    assert panel.ACCEPTANCE in glossary and panel.COST_C in glossary and "given positions 1…i−1 were" in glossary
+
+
+def test_after_a_pair_switch_the_panel_names_the_pair_and_only_its_plain_speed():
+    html = panel.pair_counters_html("demo-gemma3", None)
+    assert "demo-gemma3" in html and "not measured for this pair here yet" in html and "Measure plain speed" in html
+    assert "tok/s" not in html  # no plain speed but this pair's
+    stored = panel.pair_counters_html("demo-gemma3", {"tps": 21.25, "measured_at": "2020-01-01 00:00:00",
+                                                      "tokens": 64})
+    assert "21.2 tok/s, measured" in stored and "days ago" in stored and "2020-01-01" in stored
