@@ -8,12 +8,42 @@ raise :class:`settings.SettingsError` naming them.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Iterator, Optional, Sequence
 
+from app.engine.events import StrEnum
 from app.service import settings as S, speedup
-from app.service.runner import Job, Live, RunStatus, stream
-from app.service.state import AppState
+from app.service.runner import Job, Live, PromptFn, RunStatus, stream
+from app.service.state import Activity, AppState
+
+
+class ChatMode(StrEnum):
+    """How the Chat tab turns the text box into a prompt."""
+
+    CHAT = "chat"  # the conversation through the target's chat template
+    COMPLETION = "completion"  # the text continued as it is: no template, no turns (base models)
+
+
+# words in a model's name or fine-tune field that say it was tuned to follow turns
+_TUNED = re.compile(r"instruct|chat|(^|[^a-z])it([^a-z]|$)|sft|dpo|rlhf|assistant", re.IGNORECASE)
+
+
+def base_model(state: AppState) -> Optional[str]:
+    """A sentence saying why the loaded target is a base (completion) model, or None: its GGUF carries no chat
+    template (the fact that decides: Chat mode would fall back to a "User: … Assistant:" transcript), and
+    whether its name or fine-tune metadata names any chat or instruction tuning."""
+    pair = state.pair
+    if pair is None or pair.target.chat_template():
+        return None
+    t = pair.target
+    name = t.meta("general.name") or t.path.name
+    tuned = _TUNED.search(" ".join(x for x in (name, t.meta("general.finetune"), t.path.name) if x))
+    why = ("its name says it was tuned for chat, but the file carries no chat template" if tuned else
+           "its file carries no chat template and its name names no chat or instruction tuning")
+    return (f"The loaded target, {name} ({t.path.name}), is a base (completion) model: {why}. In Chat mode it "
+            "only continues a plain \"User: … Assistant:\" transcript and often repeats it; Completion mode "
+            "continues your text as it is.")
 
 
 def normalize_history(history: Any) -> list[dict]:
@@ -67,11 +97,37 @@ def build_messages(history: list[dict], message: Optional[str], system: str) -> 
     return head + msgs + tail
 
 
-def chat_stream(state: AppState, messages: list[dict], resolved: dict, stop: threading.Event
-                ) -> Iterator[tuple[str, Live]]:
-    cfg = S.to_config(resolved)
-    for status, lives in stream(state, lambda pair: pair.chat_prompt(messages), [Job(cfg)], stop):
-        yield status, lives[0]
+def chat_stream(state: AppState, messages: list[dict], resolved: dict, stop: threading.Event,
+                who: str = "an API client's reply", reply_start: str = "") -> Iterator[tuple[str, Live]]:
+    """``who``: what others waiting meanwhile are told holds the pair; ``reply_start``: the start of the reply,
+    already written (Continue), which the model carries on from."""
+    def prompt(pair) -> list[int]:
+        ids = pair.chat_prompt(messages)
+        return ids + (pair.target.tokenize(reply_start, add_special=False, parse_special=False)
+                      if reply_start else [])
+
+    yield from _marked(state, stream(state, prompt, [Job(S.to_config(resolved))], stop), who)
+
+
+def completion_stream(state: AppState, text: str, resolved: dict, stop: threading.Event,
+                      who: str = "an API client's reply") -> Iterator[tuple[str, Live]]:
+    """``text`` continued as raw text: no chat template, and typed control-token text stays text."""
+    prompt: PromptFn = lambda pair: pair.completion_prompt(text, special=False)  # noqa: E731
+    yield from _marked(state, stream(state, prompt, [Job(S.to_config(resolved))], stop), who)
+
+
+def _marked(state: AppState, snapshots: Iterator[tuple[RunStatus, list[Live]]], who: str
+            ) -> Iterator[tuple[str, Live]]:
+    """One job's snapshots; from its start to its end, ``who`` names what holds the pair (state.activity)."""
+    mark: Optional[Activity] = None
+    try:
+        for status, lives in snapshots:
+            if mark is None and status == RunStatus.RUNNING:
+                mark = state.activity = Activity(who)
+            yield status, lives[0]
+    finally:
+        if mark is not None and state.activity is mark:
+            state.activity = None
 
 
 def compare_stream(state: AppState, prompt: str, resolved: dict, stop: threading.Event, run_index: int

@@ -23,6 +23,7 @@ class _Session:
     history: list = field(default_factory=list)  # the conversation's messages
     owner: Optional[object] = None  # the running loop's claim
     epoch: int = 0
+    live: list = field(default_factory=list)  # the message being answered and its reply so far (kept as it streams)
 
 
 @dataclass
@@ -50,8 +51,19 @@ class Sessions:
             return list(self._get(key).history)
 
     def set_history(self, key: str, messages: list) -> None:
+        """The conversation; the reply streaming meanwhile (``live``) has ended, in it or dropped."""
         with self._lock:
-            self._get(key).history = list(messages)
+            s = self._get(key)
+            s.history, s.live = list(messages), []
+
+    def set_live(self, key: str, messages: list) -> None:
+        """The question being answered and its reply so far (what a reload mid-reply keeps)."""
+        with self._lock:
+            self._get(key).live = list(messages)
+
+    def live(self, key: str) -> list:
+        with self._lock:
+            return list(self._get(key).live)
 
     def push(self, key: str, text: str, values: Any, front: bool = False) -> bool:
         """Queue a message; True when a reply loop is running (the message waits behind it)."""
@@ -115,7 +127,7 @@ class Sessions:
         with self._lock:
             s = self._get(key)
             s.pending.clear()
-            s.history = []
+            s.history, s.live = [], []
             s.epoch += 1
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from app import paths
+from app.lab import eta
+from app.lab.history import History
 from app.lab.lab import LabRequest, plan, run_lab, tuned_settings
 from app.lab.report import recommendation_line
 from app.engine.names import ProposerName
@@ -17,7 +19,7 @@ from app.models.catalog import load
 from app.models.fit import FITS, GIB
 from app.service.baseline import warm_up
 from app.service.settings import proposer_words
-from app.service.state import AppState
+from app.service.state import Activity, AppState
 
 APPLIED = ("speculative", "proposer", "k", "p_min")
 Say = Callable[[float, str], None]
@@ -75,6 +77,34 @@ def use_draft(state: AppState, settings: dict) -> str:
         return f" Could not load that draft ({exc}); the current one stays."
 
 
+SWEEP = "Make it faster's quick sweep"
+
+
+def sweep_estimate(state: AppState, runs: int, tokens: int) -> Optional[tuple[float, str]]:
+    """(seconds, what it rests on) for a quick sweep of the loaded pair: from its last quick sweep here, else
+    its plain speed measured here, else None (``app.lab.eta``, as the Benchmark tab estimates)."""
+    run = History().latest(state.pair_id, ("quick",)) if state.pair_id else None
+    return eta.estimate(runs, tokens, run.get("result") if run else None, state.baseline_tps())
+
+
+def faster_plan(state: AppState) -> str:
+    """What "Make it faster" will do and roughly how long it takes, said before it starts."""
+    if state.pair is None:
+        return ("Make it faster will load an installed pair that fits this machine, then run a quick sweep of "
+                "drafters and K on it; how long is known once a pair is loaded.")
+    pair_words = (f"keep the loaded pair ({Path(state.target_path or '').name} ← "
+                  f"{Path(state.draft_path or '').name})" if state.pair.draft is not None else
+                  "look for an installed draft model for the loaded target")
+    cfg = plan(state.pair, LabRequest(quick=True))
+    runs = cfg.total_runs()
+    what = (f"Make it faster will detect this machine, {pair_words}, and run a quick sweep: {runs} runs "
+            f"({len(cfg.candidates)} drafters × K in {', '.join(str(k) for k in cfg.ks)}, with plain baselines; "
+            f"{len(cfg.prompts)} prompts{f' × {cfg.repeats} repeats' * (cfg.repeats > 1)} of {cfg.max_tokens} "
+            "tokens). It then sets this Chat's proposer and K "
+            "(not the saved defaults). Chat replies wait until it ends; Stop ends it early.")
+    return what + f" How long: {eta.words(sweep_estimate(state, runs, cfg.max_tokens))}."
+
+
 def make_faster(state: AppState, say: Optional[Say] = None, cancel: Optional[threading.Event] = None,
                 request: Optional[LabRequest] = None) -> tuple[str, dict]:
     """(what was done, the settings for the open Chat: speculative, proposer, k, p_min)."""
@@ -87,18 +117,26 @@ def make_faster(state: AppState, say: Optional[Say] = None, cancel: Optional[thr
         raise RuntimeError("another generation kept the pair busy for 10 minutes; try again later")
     try:
         cfg = plan(state.pair, req)
+        est = sweep_estimate(state, cfg.total_runs(), cfg.max_tokens)  # until the sweep's own ETA
+        with state.doing(Activity(SWEEP, total=cfg.total_runs(), eta_s=est[0] if est else None)) as act:
 
-        def progress(done: int, total: int, what: str, eta: Optional[float]) -> None:
-            say(0.1 + 0.85 * done / max(total, 1), f"quick sweep: {what}" + (f", ETA {eta:.0f} s" if eta else ""))
+            def progress(done: int, total: int, what: str, left: Optional[float]) -> None:
+                act.done, act.total, act.eta_s = done, total, act.eta_s if left is None else left
+                say(0.1 + 0.85 * done / max(total, 1),
+                    f"quick sweep: run {done} of {total}, {what}" + (f", about {left:.0f} s left" if left else ""))
 
-        result = run_lab(state.pair, cfg, state.pair_id, progress=progress, cancel=cancel, store_tuned=False)
+            result = run_lab(state.pair, cfg, state.pair_id, progress=progress, cancel=cancel, store_tuned=False)
     finally:
         state.generation_lock.release()
+    if cancel is not None and cancel.is_set() and not result.best:
+        return " ".join(lines + [f"Stopped after {result.runs_done} of {cfg.total_runs()} runs, before anything "
+                                 "was measured; Chat is unchanged."]), {}
     if not result.best:
-        return " ".join(lines + ["The quick sweep measured nothing (cancelled?); Chat is unchanged."]), {}
+        return " ".join(lines + ["The quick sweep measured nothing; Chat is unchanged."]), {}
     settings = tuned_settings(result, "all")
     rec = result.recommendations.get("all") or result.best
-    lines.append(f"Quick sweep ({result.runs_done} runs in {result.duration_s} s, "
+    stopped = " (stopped early)" if cancel is not None and cancel.is_set() else ""
+    lines.append(f"Quick sweep{stopped} ({result.runs_done} runs in {result.duration_s} s, "
                  f"{len(cfg.prompts)} prompts of {cfg.max_tokens} tokens): best was {recommendation_line(rec)}.")
     lines.append(use_draft(state, settings).strip())
     if settings["speculative"]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import platform
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from app.engine.llama.backend import BackendError, LoadOptions
 from app.engine.llama.devices import active_backend
@@ -23,6 +24,23 @@ from app.models import standin
 from app.service.fifo import FifoLock, Readers
 
 Progress = Callable[[float, str], None]  # (fraction 0..1, description)
+
+
+@dataclass
+class Activity:
+    """What holds the generation lock, in words a waiting user reads ("Make it faster's quick sweep"), with its
+    progress where the holder reports one."""
+
+    what: str
+    done: int = 0
+    total: int = 0
+    eta_s: Optional[float] = None
+
+    def words(self) -> str:
+        parts = [f"run {self.done} of {self.total}"] if self.total else []
+        if self.eta_s is not None:
+            parts.append(f"about {max(self.eta_s, 1):.0f} s left")
+        return self.what + (f" ({', '.join(parts)})" if parts else "")
 
 
 @dataclass
@@ -45,6 +63,7 @@ class AppState:
     observers: list[Callable[[Any, Any], None]] = field(default_factory=list)
     _switch_lock: threading.Lock = field(default_factory=threading.Lock)
     readers: Readers = field(default_factory=Readers)  # prompts tokenised outside the generation lock
+    activity: Optional[Activity] = None  # what holds the generation lock, where its holder says (else None)
 
     def apply_defaults(self, settings: dict[str, Any]) -> None:
         """Make ``settings`` (k, p_min, proposer, draft, …) the defaults of Chat and Compare."""
@@ -55,6 +74,23 @@ class AppState:
     @property
     def busy(self) -> bool:
         return self.generation_lock.locked()
+
+    def holder(self) -> str:
+        """What a generation waiting now waits for, in words (with progress where known)."""
+        act = self.activity
+        if act is not None and self.busy:
+            return act.words()
+        return "an API client's reply, a benchmark or a measurement"
+
+    @contextmanager
+    def doing(self, activity: Activity) -> Iterator[Activity]:
+        """Name what holds the generation lock while the block runs (its holder may update its progress)."""
+        self.activity = activity
+        try:
+            yield activity
+        finally:
+            if self.activity is activity:
+                self.activity = None
 
     def stop_event(self, session: str) -> threading.Event:
         """A fresh stop switch for ``session``'s next generation."""
@@ -112,7 +148,8 @@ class AppState:
                 check_gguf(path)
         with self._switch_lock:
             say(0.05, "waiting for the running generation to finish")
-            with self.generation_lock, self.readers.exclusive():
+            with self.generation_lock, self.readers.exclusive(), \
+                    self.doing(Activity(f"loading the pair {Path(target_path).name}")):
                 old = self.pair
                 say(0.2, f"loading {Path(target_path).name}" + (f" + {Path(draft_path).name}" if draft_path else ""))
                 try:

@@ -81,6 +81,8 @@ def build_app(state: AppState) -> gr.Blocks:
             _follow_pair(state, switched, [chat_view.counters, chat_layout.last, chat_layout.note], bench_view)
         pair_loaded.then(lambda: gen.choices(state), None, gen.components,  # MTP offered or not
                          api_visibility="private", queue=False, show_progress="hidden")
+        for loaded in (pair_loaded, *switches):  # Chat's mode and base-model notice follow the loaded target
+            chat_view.follow(loaded)
         local = chat_view.local + compare_view.local
         tuned = bench_view.applied
         if tuned is not None:  # "Use this" or a full sweep changed the defaults: the open Chat and Compare follow

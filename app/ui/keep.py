@@ -2,7 +2,9 @@
 until **New chat**.
 
 What is stored is data, not HTML: each message's role and text, a reply's tokens (text, kind, target pass, draft
-position, draft probability, the draft's own token where the target corrected it) and its line of counts.
+position, draft probability, the draft's own token where the target corrected it) and its line of counts, a
+message's mode where it was a completion prompt, and a reply's ``interrupted`` mark: while a reply streams, the
+question and the reply so far are stored with that mark, so a reload mid-reply shows them as interrupted.
 Restoring renders the HTML again from them, escaped as always, and drops whatever does not have that shape: the
 storage is the user's own, but it is still input.
 """
@@ -15,6 +17,7 @@ from typing import Any, Optional
 
 from app import paths
 from app.engine.events import KINDS
+from app.service.chat import ChatMode
 from app.ui import reply
 
 STORAGE_KEY = "tandem-chat"
@@ -49,10 +52,9 @@ def saved(history: list[dict]) -> list[dict]:
     out = []
     for m in history[-MAX_MESSAGES:]:
         item = {"role": m["role"], "content": m["content"]}
-        if m.get("tokens"):
-            item["tokens"] = m["tokens"]
-        if m.get("line"):
-            item["line"] = m["line"]
+        for name in ("tokens", "line", "mode", "interrupted"):
+            if m.get(name):
+                item[name] = m[name]
         out.append(item)
     return out
 
@@ -67,7 +69,11 @@ def restored(data: Any) -> list[dict]:
                 or not isinstance(m.get("content"), str):
             continue
         msg: dict = {"role": m["role"], "content": m["content"]}
+        if m["role"] == "user" and m.get("mode") == ChatMode.COMPLETION:
+            msg["mode"] = ChatMode.COMPLETION
         if m["role"] == "assistant":
+            if m.get("interrupted") is True:
+                msg["interrupted"] = True
             toks = _tokens(m.get("tokens"))
             if toks and "".join(t["t"] for t in toks) == m["content"]:
                 msg["tokens"], msg["html"] = toks, reply.render(toks)

@@ -19,9 +19,11 @@ from typing import Any, Callable, Optional, Sequence
 from markdown_it import MarkdownIt
 
 from app.engine.events import Drafter, TokenEvent
+from app.service.chat import ChatMode
 
 from app.ui.panel import KIND_LABELS, esc
 
+COMPLETION = ChatMode.COMPLETION
 WINDOW = 400  # how far past the cursor a rendered piece may start (Markdown syntax, link targets…)
 _LANG = re.compile(r"[^\w+#.-]")
 
@@ -202,7 +204,12 @@ def message_html(msg: dict) -> str:
     coloured by token when it has ``tokens``, with its ``line`` (counts, speed, time saved) under it."""
     if msg["role"] == "user":
         queued = " tdm-queued" if msg.get("queued") else ""
-        note = '<div class="tdm-replyline">queued: sent when the reply above finishes</div>' if queued else ""
+        notes = ["continued as raw text (Completion mode: no chat template)"] * (msg.get("mode") == COMPLETION)
+        if msg.get("waits"):  # what the message waits for: a reply above, a sweep, a pair load, another client
+            notes.append(msg["waits"])
+        elif queued:
+            notes.append("queued: sent when the reply above finishes")
+        note = "".join(f'<div class="tdm-replyline">{esc(n)}</div>' for n in notes)
         return (f'<div class="tdm-msg tdm-msg-user{queued}"><div class="tdm-bubble tdm-plaintext">'
                 f'{esc(msg["content"])}</div>{note}</div>')
     if msg.get("html"):
@@ -212,6 +219,11 @@ def message_html(msg: dict) -> str:
     else:
         body = _MD.render(msg.get("content", ""), {"colour": _Colourer([])}) or CURSOR * bool(msg.get("streaming"))
     line = f'<div class="tdm-replyline">{esc(msg["line"])}</div>' if msg.get("line") else ""
+    if msg.get("interrupted"):
+        n = len(msg.get("tokens") or [])
+        line += (f'<div class="tdm-replyline tdm-interrupted" role="note"><b>⚠ Interrupted</b>: the page was '
+                 f'reloaded while this reply was streaming ({n} token{"s" * (n != 1)} kept). Continue carries on '
+                 f'from here; Regenerate asks again.</div>')
     return f'<div class="tdm-msg tdm-msg-bot"><div class="tdm-bubble tdm-md">{body}</div>{line}</div>'
 
 

@@ -1,6 +1,9 @@
 """Chat tab: multi-turn streaming chat whose replies render as Markdown with each token's provenance coloured
 in place, a line of counts under each reply, and the live panel (counters, honest speedup, per-position
-acceptance, what the numbers mean) beside it. Messages sent while a reply streams wait in a visible queue.
+acceptance, what the numbers mean) beside it. Messages sent while a reply streams wait in a visible queue, and
+a message waiting for another generation says which (``AppState.holder``). Completion mode continues the text as
+it is, for base models (``chatmode``); the reply streaming now is kept in the browser as it streams, so a reload
+mid-reply shows it marked interrupted, and Continue carries it on.
 
 ``layout`` places the components, ``wire`` connects their events to the module-level handlers below it."""
 
@@ -9,74 +12,28 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any
 
 import gradio as gr
 
 from app.engine.events import KINDS, StopReason
 from app.errors import ui_message
-from app.service import chat, settings as S, speedup
-from app.service.baseline import measure_baseline, measure_plain
+from app.service import chat, settings as S
+from app.service.chat import ChatMode
 from app.service.chatqueue import Notes, Sessions
-from app.service.faster import make_faster
 from app.service.runner import RunStatus
 from app.service.state import AppState, session_key
 from app.ui import controls, keep, panel, reply
 from app.ui.controls import GEN
+from app.ui.tabs import chatfaster, chatmode
+from app.ui.tabs.chatview import (display, do_measure, idle_counters, line_for, plain_messages, reply_counters,
+                                  waiting, waits_for)
 
 WAITING = "Waiting for another generation to finish (in another tab, the API or a benchmark); yours starts next."
-EMPTY = "Ask something. Each reply is coloured by where its tokens came from; click a red one to see what " \
-        "the draft had proposed."
 QUEUED = "Queued: your message is sent when the current reply finishes."
+SAVE_EVERY_S = 1.0  # a streaming reply is kept in the browser this often (what a reload mid-reply keeps)
+REPLY = dict(concurrency_id="chat-reply", concurrency_limit=8)  # a waiting reply says what it waits for
 STOP_WAIT_S = 4.0  # Stop waits this long for the reply to end, then says "Stopping…"
-
-
-def display(history: list[dict], live: dict | None = None, queued: Sequence[str] = ()) -> str:
-    """The conversation as HTML: stored messages, the reply streaming now, then the queued messages."""
-    msgs = list(history) + ([live] if live else []) + [{"role": "user", "content": t, "queued": True}
-                                                        for t in queued]
-    return reply.conversation_html(msgs, empty=EMPTY)
-
-
-def plain_messages(history: list[dict]) -> list[dict]:
-    return [{"role": m["role"], "content": m["content"]} for m in history]
-
-
-def idle_counters(state: AppState, restored: bool = False) -> str:
-    """Before any reply (or after a reload, whose conversation comes back without its counters): the stored
-    plain speed, with its age and conditions."""
-    b = state.baseline()
-    if not b:
-        note = ("Plain speed not measured for this pair on this machine yet: speedups will be the model's "
-                "estimate until you press Measure plain speed.")
-    else:
-        when = speedup.age(speedup.stamp_age(b.get("measured_at")))
-        note = (f"Plain speed of this pair here: {b['tps']:.1f} tok/s, measured {when} ({b.get('measured_at')}, "
-                f"{b.get('tokens', '?')} tokens, {b.get('backend', '?')} backend).")
-    first = ("The page was reloaded: the counters of the replies above were not kept; the next reply shows its own."
-             if restored else "No reply yet.")
-    return f'<div class="tdm-note">{first}</div><div class="tdm-note">{panel.esc(note)}</div>'
-
-
-def reply_counters(state: AppState, last: dict) -> tuple[str, dict | None]:
-    """Counters for the latest reply and the speedup claimed for it (measured, estimated or none)."""
-    summary, spec = last["summary"], last["speculative"]
-    claim = speedup.choose(summary, spec, last.get("plain"), state.baseline())
-    notes = []
-    measured = claim is not None and claim["kind"] == "measured"  # then it is the one speedup shown
-    ref = speedup.last_compare(state.recent, speedup.signature(state.baseline_key(), state.draft_path,
-                                                               last["resolved"])) if spec and not measured else None
-    if ref and ref.get("speedup"):
-        notes.append(f"Compare with these settings measured {ref['speedup']:.2f}× "
-                     f"{speedup.age(time.time() - ref['at'])} on “{str(ref.get('prompt', ''))[:40]}”.")
-    return panel.counters_html(summary, spec, claim, notes), claim
-
-
-def line_for(last: dict, claim: dict | None) -> str:
-    saved = speedup.seconds_saved(last["summary"], claim)
-    r = last["resolved"]
-    return panel.reply_line(last["summary"], last["speculative"], r["proposer"], r["k"], saved,
-                            claim["kind"] if claim else None)
 
 
 @dataclass
@@ -91,6 +48,9 @@ class ChatView:
     conversation: Any
     saved: Any  # gr.BrowserState
     sessions: Sessions
+    state: AppState
+    mode: Any
+    kind: Any
 
     @property
     def components(self) -> list:
@@ -102,6 +62,11 @@ class ChatView:
     def tuned(self, state: AppState) -> list:
         return [*self.local.tuned(state), gr.update()]
 
+    def follow(self, loaded: Any) -> None:
+        """After ``loaded`` (a pair was loaded): the mode and the base-model notice follow the new target."""
+        loaded.then(lambda: chatmode.view(self.state), None, [self.mode, self.kind], api_visibility="private",
+                    queue=False, show_progress="hidden")
+
 
 def build(state: AppState, gen: controls.Controls, view: SimpleNamespace | None = None) -> ChatView:
     """Wire the tab (laid out by ``layout``, or here) to the shared settings ``gen`` (Pair settings)."""
@@ -110,7 +75,7 @@ def build(state: AppState, gen: controls.Controls, view: SimpleNamespace | None 
     sessions = Sessions()  # per browser session: the conversation and its queue
     wire(state, view, ctrl, sessions, Notes())
     return ChatView(ctrl, view.local, view.counters, view.settings_line, view.goto, view.conversation, view.saved,
-                    sessions)
+                    sessions, state, view.mode, view.kind)
 
 
 def layout(state: AppState) -> SimpleNamespace:
@@ -119,6 +84,7 @@ def layout(state: AppState) -> SimpleNamespace:
     saved = gr.BrowserState([], storage_key=keep.STORAGE_KEY, secret=keep.secret())
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
+            mode, kind = chatmode.layout(state)
             conversation = gr.HTML(display([]), elem_id="tdm-chatbot")
             with gr.Row():
                 box = gr.Textbox(placeholder="Message · Enter sends, Shift+Enter adds a line", lines=1,
@@ -127,6 +93,7 @@ def layout(state: AppState) -> SimpleNamespace:
             with gr.Row():
                 stop = gr.Button("Stop", variant="stop", size="sm", elem_id="tdm-stop")
                 regen = gr.Button("Regenerate", size="sm", elem_id="tdm-regen")
+                cont = gr.Button("Continue", size="sm", elem_id="tdm-continue")
                 clear = gr.Button("New chat", size="sm", elem_id="tdm-clear")
                 colour = gr.Checkbox(True, label="Colour tokens", elem_id="tdm-colour", min_width=120)
             status = gr.HTML("", elem_id="tdm-chat-status")
@@ -136,6 +103,7 @@ def layout(state: AppState) -> SimpleNamespace:
             with gr.Row():
                 measure = gr.Button("Measure plain speed", size="sm", elem_id="tdm-measure")
                 faster = gr.Button("Make it faster", size="sm", variant="secondary", elem_id="tdm-faster")
+            faster_view = chatfaster.layout()
             note = gr.HTML("", elem_id="tdm-measure-note")
             with gr.Accordion("What these numbers mean", open=False, elem_id="tdm-glossary"):
                 gr.HTML(panel.glossary_html())
@@ -151,16 +119,25 @@ def wire(state: AppState, v: SimpleNamespace, ctrl: controls.Controls, sessions:
     """Connect the events to the handlers below; the closures only hand over the state and keep Gradio's
     signatures (gr.Request and gr.Progress are injected by parameter)."""
 
-    def on_push(request: gr.Request, message: str, *values):
-        return push_user(state, sessions, request, message, *values)
+    def on_push(request: gr.Request, message: str, mode: str, *values):
+        return push_user(state, sessions, request, message, (mode, values))
 
     def on_regen(request: gr.Request, *values):
         return regenerate(state, sessions, notes, request, *values)
 
+    def on_continue(request: gr.Request, *values):
+        return chatmode.carry_on(state, sessions, request, values, display)
+
     def on_respond(request: gr.Request):
+        key, saved_at = session_key(request), 0.0
         for out in respond(state, sessions, notes, ctrl, request):
-            notes.said(session_key(request), out[2])
-            yield out
+            notes.said(key, out[2])
+            live = sessions.live(key)  # the question and the reply so far: kept in the browser as it streams
+            if live and time.monotonic() - saved_at >= SAVE_EVERY_S:
+                saved_at = time.monotonic()
+                yield (*out, keep.saved(sessions.history(key) + live))
+            else:
+                yield (*out, gr.update())
 
     def on_stop(request: gr.Request):
         return do_stop(state, sessions, notes, request)
@@ -171,22 +148,21 @@ def wire(state: AppState, v: SimpleNamespace, ctrl: controls.Controls, sessions:
     def on_measure(request: gr.Request, last_run: dict):
         return do_measure(state, sessions, request, last_run)
 
-    def on_faster(progress=gr.Progress()):
-        return do_faster(state, ctrl, progress)
-
     def on_save(request: gr.Request):
         return keep.saved(sessions.history(session_key(request)))
 
     private: dict[str, Any] = dict(api_visibility="private")
     save: dict[str, Any] = dict(fn=on_save, inputs=None, outputs=[v.saved], queue=False, show_progress="hidden",
                                 **private)
-    reply_loop = dict(fn=on_respond, inputs=None, outputs=[v.conversation, v.counters, v.status, v.last, v.box],
-                      show_progress="hidden", trigger_mode="multiple", **private, **GEN)
+    reply_loop = dict(fn=on_respond, inputs=None, outputs=[v.conversation, v.counters, v.status, v.last, v.box,
+                                                           v.saved],
+                      show_progress="hidden", trigger_mode="multiple", **private, **REPLY)
     for trigger in (v.send.click, v.box.submit):
-        trigger(on_push, [v.box, *ctrl.components], [v.box, v.conversation, v.status], queue=False, **private) \
+        trigger(on_push, [v.box, v.mode, *ctrl.components], [v.box, v.conversation, v.status], queue=False,
+                **private).then(**reply_loop).then(**save)
+    for button, handler in ((v.regen, on_regen), (v.cont, on_continue)):
+        button.click(handler, ctrl.components, [v.conversation, v.status], queue=False, **private) \
             .then(**reply_loop).then(**save)
-    v.regen.click(on_regen, ctrl.components, [v.conversation, v.status], queue=False, **private) \
-        .then(**reply_loop).then(**save)
     v.stop.click(on_stop, None, [v.status], queue=False, **private)
     v.clear.click(on_clear, None, [v.conversation, v.counters, v.status, v.last, v.note], queue=False, **private) \
         .then(**save)
@@ -194,7 +170,9 @@ def wire(state: AppState, v: SimpleNamespace, ctrl: controls.Controls, sessions:
     v.colour.change(None, [v.colour], None, js="(on) => { document.body.classList.toggle('tdm-nocolour', !on); }")
     v.measure.click(on_measure, [v.last], [v.conversation, v.counters, v.note, v.last], show_progress="minimal",
                     show_progress_on=[v.note], **private, **GEN).then(**save)
-    v.faster.click(on_faster, None, [v.note, *ctrl.components], show_progress_on=[v.note], **private, **GEN)
+    chatfaster.wire(state, v.faster, v.faster_view, v.note, ctrl)
+    gr.on(None, lambda: chatmode.view(state), None, [v.mode, v.kind], queue=False, show_progress="hidden",
+          **private)  # on page load: the loaded target's mode and notice
 
 
 def restore(state: AppState, sessions: Sessions, request: gr.Request, data: Any) -> str:
@@ -217,15 +195,18 @@ def on_page_load(state: AppState, sessions: Sessions, request: gr.Request, data:
 # and "line"; content unescaped) ----------------------------------------------------------------------
 
 
-def push_user(state: AppState, sessions: Sessions, request: gr.Request, message: str, *values):
+def push_user(state: AppState, sessions: Sessions, request: gr.Request, message: str, how: tuple):
+    """Queue ``message``; ``how``: (mode, the settings' values)."""
     if not message or not message.strip():
         return gr.update(), gr.update(), panel.status_html("Type a message first.", "info")
     key = session_key(request)
-    if sessions.push(key, message, values):
+    mode, values = how
+    if sessions.push(key, message, (chatmode.mode_of(mode), values, None)):
         return "", gr.update(), panel.status_html(QUEUED, "wait")
     state.stop_event(key)  # armed now: a Stop before the reply starts still counts
-    note_ = panel.status_html(WAITING, "wait") if state.busy else panel.status_html("Starting…", "info")
-    return "", display(sessions.history(key), queued=sessions.queued(key)), note_
+    busy = state.busy
+    note_ = waiting(state) if busy else panel.status_html("Starting…", "info")
+    return "", display(sessions.history(key), queued=sessions.queued(key), waits=waits_for(state) * busy), note_
 
 
 def regenerate(state: AppState, sessions: Sessions, notes: Notes, request: gr.Request, *values):
@@ -241,7 +222,7 @@ def regenerate(state: AppState, sessions: Sessions, notes: Notes, request: gr.Re
         return display(hist), panel.status_html("Nothing to regenerate yet.", "info")
     state.stop_event(key)
     sessions.set_history(key, hist[:-1])
-    sessions.push(key, hist[-1]["content"], values, front=True)
+    sessions.push(key, hist[-1]["content"], (chatmode.mode_of(hist[-1].get("mode")), values, None), front=True)
     return display(hist[:-1], queued=sessions.queued(key)), ""
 
 
@@ -275,15 +256,21 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
            replaced: str | None = None):
     """Stream one reply (a sub-generator of ``respond``); returns (stopped, last reply, the text of a turn
     that failed), or None when Clear was pressed meanwhile. A failed turn is dropped, its text given back.
-    ``replaced``: the reply a Regenerate replaces."""
-    text, values = item
-    key, keep = claim.key, gr.update()
+    ``item``: (text, (mode, values, the reply a Continue carries on or None)); ``replaced``: the reply a
+    Regenerate replaces."""
+    text, (mode, values, start) = item
+    key, keep_ = claim.key, gr.update()
 
-    def fail(message: str):
-        sessions.set_history(key, hist)
-        return display(hist), keep, panel.status_html(message, "error"), keep, text
+    def fail(message: str):  # (a Continue keeps its question and the reply so far)
+        kept = hist + ([question, start] if start else [])
+        sessions.set_history(key, kept)
+        return display(kept), keep_, panel.status_html(message, "error"), keep_, "" if start else text
 
-    asked = hist + [{"role": "user", "content": text}]
+    question = {"role": "user", "content": text, **({"mode": mode} if mode == ChatMode.COMPLETION else {})}
+    asked = hist + [question]
+    before = list(start["tokens"]) if start else []  # a Continue: the reply so far, kept as it was
+    so_far = "".join(t["t"] for t in before)
+    sessions.set_live(key, [question, {"role": "assistant", "content": so_far, "tokens": before, "interrupted": True}])
     wrong = controls.problem(ctrl.to_dict(values))
     if wrong:  # out of range: refused with the range named, never changed
         yield fail(f"{wrong} Change it in Pair settings; your message is back in the box.")
@@ -294,26 +281,35 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
         yield fail(str(exc))
         return True, {}, text
     messages = chat.build_messages(plain_messages(hist), text, resolved["system"])
+    stop = state.armed_stop_event(key)
+    snapshots = chat.completion_stream(state, text + so_far, resolved, stop, who="a reply in another Chat tab") \
+        if mode == ChatMode.COMPLETION else \
+        chat.chat_stream(state, messages, resolved, stop, who="a reply in another Chat tab", reply_start=so_far)
     spec, live, shown_at, cost = resolved["speculative"], None, 0.0, 0.0
     try:
-        for status, live in chat.chat_stream(state, messages, resolved, state.armed_stop_event(key)):
+        for status, live in snapshots:
             if sessions.stale(claim):
                 return None
             if status == RunStatus.WAITING:
-                yield display(asked), keep, panel.status_html(WAITING, "wait"), keep, keep
+                if time.perf_counter() - shown_at >= 0.5:  # what it waits for, and its progress
+                    shown_at = time.perf_counter()
+                    yield (display(hist + [dict(question, waits=waits_for(state))]), keep_, waiting(state), keep_,
+                           keep_)
                 continue
             if live.error or (status != RunStatus.DONE and time.perf_counter() - shown_at < max(0.1, 6 * cost)):
                 continue  # big replies render less often, so rendering never competes with decoding
             t0 = time.perf_counter()
             queued = sessions.queued(key)
-            streaming = {"role": "assistant", "tokens": reply.compact(live.tokens, live.draft_texts),
-                         "streaming": status != RunStatus.DONE}
+            toks = before + reply.compact(live.tokens, live.draft_texts)
+            streaming = {"role": "assistant", "tokens": toks, "streaming": status != RunStatus.DONE}
+            sessions.set_live(key, [question, {"role": "assistant", "content": so_far + live.text, "tokens": toks,
+                                               "interrupted": True}])
             view = display(asked, streaming, queued)
             snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved}
             shown_at, cost = time.perf_counter(), time.perf_counter() - t0
-            waiting = f" · {len(queued)} message{'s' * (len(queued) > 1)} queued" if queued else ""
+            waiting_ = f" · {len(queued)} message{'s' * (len(queued) > 1)} queued" if queued else ""
             yield (view, reply_counters(state, snapshot)[0],
-                   panel.status_html(f"Generating… (Stop ends it within one step){waiting}", "info"), keep, keep)
+                   panel.status_html(f"Generating… (Stop ends it within one step){waiting_}", "info"), keep_, keep_)
     except Exception as exc:  # never let a bad input take the tab down
         yield fail(ui_message(exc))
         return True, {}, text
@@ -322,12 +318,13 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
     if live.error:  # e.g. the prompt is past the context
         yield fail(live.error)
         return True, {}, text
-    last_run = {"summary": live.summary(), "speculative": spec, "messages": messages, "resolved": resolved,
-                "at": time.time(), "plain": None}
+    last_run = {"summary": live.summary(), "speculative": spec, "resolved": resolved, "at": time.time(),
+                "messages": messages if mode == ChatMode.CHAT and not start else None, "plain": None}
     counters_view, claim_ = reply_counters(state, last_run)
-    toks = reply.compact(live.tokens, live.draft_texts)
-    hist = asked + [{"role": "assistant", "content": live.text, "html": reply.render(toks), "tokens": toks,
-                     "line": line_for(last_run, claim_)}]
+    toks = before + reply.compact(live.tokens, live.draft_texts)
+    line = line_for(last_run, claim_) + (f" · continued after {len(before)} tokens" if start else "")
+    hist = asked + [{"role": "assistant", "content": so_far + live.text, "html": reply.render(toks), "tokens": toks,
+                     "line": line}]
     sessions.set_history(key, hist)
     reason = live.done.reason if live.done else StopReason.STOPPED
     said = f"{panel.reason_text(reason).capitalize()} · {len(live.tokens)} tokens"
@@ -336,7 +333,7 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
         said += (" · T = 0 is deterministic: the same reply. Raise the temperature (Pair settings) for a "
                  "different one.")
     done = panel.status_html(said, "ok")
-    yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep
+    yield display(hist, queued=sessions.queued(key)), counters_view, done, last_run, keep_
     return reason == StopReason.STOPPED, last_run, None
 
 
@@ -363,36 +360,3 @@ def do_clear(state: AppState, sessions: Sessions, notes: Notes, request: gr.Requ
     sessions.clear(key)
     state.request_stop(key)
     return display([]), idle_counters(state), "", {}, ""
-
-
-def do_measure(state: AppState, sessions: Sessions, request: gr.Request, last_run: dict):
-    key, keep = session_key(request), gr.update()
-    if sessions.active(key):
-        return keep, keep, panel.status_html("Wait for the reply to finish first.", "info"), keep
-    if state.pair is None:
-        return keep, keep, panel.status_html("Load a pair first (Pair settings).", "error"), keep
-    try:
-        if not last_run.get("messages"):
-            b = measure_baseline(state)
-            msg = f"Plain decoding: {b['tps']:.1f} tok/s on this pair and machine (stored for later)."
-            return keep, idle_counters(state), panel.status_html(msg, "ok"), keep
-        b = measure_plain(state, last_run["messages"], last_run["resolved"], last_run["summary"].tokens or 1)
-    except Exception as exc:
-        return keep, keep, panel.status_html(ui_message(exc), "error"), keep
-    last_run = dict(last_run, plain={"tps": b["tps"], "at": time.time(), "reply_at": last_run["at"]})
-    view, claim_ = reply_counters(state, last_run)
-    hist = sessions.history(key)
-    if hist and hist[-1]["role"] == "assistant":
-        hist[-1] = dict(hist[-1], line=line_for(last_run, claim_))
-        sessions.set_history(key, hist)
-    msg = f"Plain decoding of the same prompt: {b['tps']:.1f} tok/s ({b['tokens']} tokens), just now."
-    return display(hist), view, panel.status_html(msg, "ok"), last_run
-
-
-def do_faster(state: AppState, ctrl: controls.Controls, progress: gr.Progress):
-    try:
-        message, settings = make_faster(state, lambda f, d: progress(f, desc=d))
-    except Exception as exc:
-        return (panel.status_html(f"Could not make it faster: {ui_message(exc)}", "error"),
-                *[gr.update()] * len(ctrl.components))
-    return panel.status_html(message, "ok"), *ctrl.apply(settings)
