@@ -139,6 +139,14 @@ def add_guard_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-mib", type=limit("max-body-mib", "body_mib"), help="largest request body in MiB (default 8; also TANDEM_MAX_BODY_MIB)")
 
 
+def add_cache_arg(parser: argparse.ArgumentParser) -> None:
+    """``--cache-ram MiB``: the prompt cache's budget (llama.cpp server's option of that name)."""
+    parser.add_argument("--cache-ram", type=limit("cache-ram", "cache_ram"), metavar="MiB",
+                        help="keep several conversations' prompt states in this much RAM, so that switching between "
+                             "them does not read their prompts again (default 8192, never more than half the free "
+                             "RAM; 0 turns it off)")
+
+
 def api_key(args: argparse.Namespace) -> Optional[str]:
     """--api-key, else the first line of --api-key-file, else TANDEM_API_KEY (None: no key)."""
     import os

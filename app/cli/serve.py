@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.cli.args import add_guard_args, add_gpu_args, api_key, port, positive
+from app.cli.args import add_cache_arg, add_guard_args, add_gpu_args, api_key, port, positive
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "engine runs against the same requests through the server, print the overhead, exit")
     serve.add_argument("--max-tokens", type=positive, default=128, help="tokens per run for --overhead")
     add_gpu_args(serve)
+    add_cache_arg(serve)
     serve.set_defaults(func=run)
 
 
@@ -30,4 +31,5 @@ def run(args: argparse.Namespace) -> int:
 
     return serve_api(host=args.host, port=args.port, api_key=api_key(args), pair_id=args.pair,
                      gpu_layers=(args.gpu_layers, args.draft_gpu_layers), rpc=args.rpc,
-                     allow_origins=tuple(args.allow_origin), max_body_mib=args.max_body_mib)
+                     allow_origins=tuple(args.allow_origin), max_body_mib=args.max_body_mib,
+                     cache_ram_mib=args.cache_ram)

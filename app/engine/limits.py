@@ -75,6 +75,7 @@ RANGES: dict[str, Range] = {
     "gpu_layers": Range(-1, 100_000, note="-1 = all"),
     "memory_gib": Range(0.0, 1 << 20, integer=False, note="--vram / --ram given for another machine"),
     "port": Range(1, 65535, note="--port of serve, worker and the API"),
+    "cache_ram": Range(0, 1 << 24, note="--cache-ram: MiB of RAM for saved prompt states; 0 = off"),
     "run_id": Range(1, (1 << 63) - 1, note="a stored Pair lab run (tune --show, --compare)"),
     "body_mib": Range(0.0, 4096.0, integer=False, lo_open=True,
                       note="--max-body-mib, TANDEM_MAX_BODY_MIB: request body, MiB"),

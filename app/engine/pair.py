@@ -17,6 +17,7 @@ from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, AssistantMod
 from app.engine.drafters.eagle3 import LABEL as EAGLE3_LABEL, Eagle3Model, open_draft
 from app.engine.llama.backend import ContextFullError, LoadOptions, Model
 from app.engine.llama.chunking import Cancel
+from app.engine.llama.promptcache import PromptCache, Recall
 from app.engine.control.draftlen import DraftLength
 from app.engine.drafters.kvshare import KvShare, in_use, share_reason
 from app.engine.events import Event
@@ -244,6 +245,13 @@ class Pair:
         if self.kv_share is not None:
             self.kv_share.offer(prompt[:-1], need_logits=False)
         draft.sync(prompt[:-1], need_logits=False)
+
+    def recall(self, prompt: Sequence[int], cache: PromptCache) -> Recall:
+        """Before generating from ``prompt``: ``cache`` keeps the live sequence and puts back the saved one that
+        spares the most decoding (promptcache.py). A draft model with a cache of its own goes with the target's;
+        one that takes the target's cache, the MTP head and an assistant catch up as they always do."""
+        own = self.draft is not None and self.kv_share is None and not isinstance(self.draft, AssistantModel)
+        return cache.recall(prompt, self.target, self.draft if own else None)
 
     def generate(self, prompt: Sequence[int], cfg: GenConfig, stop: Optional[threading.Event] = None,
                  baseline_tps: Optional[float] = None,

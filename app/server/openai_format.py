@@ -107,15 +107,17 @@ def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional
 
 
 def llamacpp_timings(summary: Summary, *, prompt_tokens: int, prompt_s: float, completion_tokens: int,
-                     cached: int = 0) -> dict:
+                     cached: int = 0, restored: int = 0) -> dict:
     """llama.cpp server's ``timings`` (milliseconds; draft counters as in its speculative responses).
 
     As llama.cpp's: ``prompt_n`` counts the prompt tokens actually processed, ``cache_n`` those the KV cache
-    already held (a repeated prompt is not "processed" at a hundred thousand tokens a second)."""
+    already held (a repeated prompt is not "processed" at a hundred thousand tokens a second); Tandem's
+    ``cache_restored_n``: of ``cache_n``, those a saved prompt state put back (the prompt cache)."""
     decode_s = summary.t_total
     prompt_tokens -= cached
     return {
         "cache_n": cached,
+        "cache_restored_n": restored,
         "prompt_n": prompt_tokens,
         "prompt_ms": prompt_s * 1000.0,
         "prompt_per_token_ms": prompt_s * 1000.0 / prompt_tokens if prompt_tokens else 0.0,

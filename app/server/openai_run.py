@@ -215,7 +215,8 @@ class Run:
             "usage": F.usage(self.prompt_tokens, n, cached=(live.cached or 0) if live else 0),
             "stats": stats,
             "timings": F.llamacpp_timings(summary, prompt_tokens=self.prompt_tokens, prompt_s=max(prompt_s, 0.0),
-                                          completion_tokens=n, cached=(live.cached or 0) if live else 0),
+                                          completion_tokens=n, cached=(live.cached or 0) if live else 0,
+                                          restored=live.restored if live else 0),
         }
 
 

@@ -124,7 +124,7 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def main(rounds: int, max_tokens: int = 128, pair_id: Optional[str] = None) -> int:
-    state = app_state()
+    state = app_state(cache_ram_mib=0)  # both paths from a cold cache: no saved prompt state put back
     startup_pair(state, pair_id, required=True)
     url, server = _start_server(state)
     say(f"timing {rounds} round(s) of direct vs server runs, {max_tokens} tokens each, interleaved")

@@ -15,7 +15,7 @@ from app.engine.remote.rpc import LOOPBACK
 from app.server import guard as G
 from app.server.openai_api import OpenAIApi, openai_errors
 from app.server.routes import mount
-from app.service.loading import app_state, say, startup_pair
+from app.service.loading import app_state, cache_line, say, startup_pair
 from app.service.ports import port_is_free
 from app.service.state import AppState
 
@@ -121,7 +121,8 @@ def build(state: AppState, api_key: Optional[str] = None,
 
 def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Optional[str] = None,
               pair_id: Optional[str] = None, gpu_layers: tuple = ("auto", "auto"), rpc: tuple = (),
-              allow_origins: tuple = (), max_body_mib: Optional[float] = None) -> int:
+              allow_origins: tuple = (), max_body_mib: Optional[float] = None,
+              cache_ram_mib: Optional[int] = None) -> int:
     import uvicorn
 
     check_exposure(host, api_key)
@@ -130,7 +131,8 @@ def serve_api(host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: Option
     from app.lab.stores import check_stores
 
     check_stores()  # a bad store or registered model: one line each on stderr, never a failed start
-    state = app_state(gpu_layers, rpc)
+    state = app_state(gpu_layers, rpc, cache_ram_mib)
+    say(cache_line(state.prompt_cache))
     startup_pair(state, pair_id, required=True)  # the API cannot load a pair: without one, serving is pointless
     checks = G.make(host, api_key, allow_origins, max_body_mib)
     app, _ = build(state, api_key, checks)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from app.engine.llama.backend import LoadOptions
+from app.engine.llama.promptcache import MIB, PromptCache, available_ram, budget_bytes
 from app.engine.names import AUTO_K
 from app.engine.pair import Pair
 from app.errors import ui_message
@@ -80,10 +81,25 @@ def load_into(state: AppState, options: PairOptions, pair_id: Optional[str] = No
     return choice.line
 
 
-def app_state(gpu_layers: Sequence[Want] = (offload.AUTO, offload.AUTO), rpc: Sequence[str] = ()) -> AppState:
-    """A fresh app state with the command line's GPU layers and RPC workers (no pair yet)."""
+def app_state(gpu_layers: Sequence[Want] = (offload.AUTO, offload.AUTO), rpc: Sequence[str] = (),
+              cache_ram_mib: Optional[int] = None) -> AppState:
+    """A fresh app state with the command line's GPU layers, RPC workers and prompt cache budget in MiB (None: the
+    default, ``promptcache.DEFAULT_MIB`` within the RAM free; 0: off), and no pair yet."""
     return AppState(target_options=LoadOptions(n_ctx=4096, n_gpu_layers=-1, rpc=tuple(rpc)),
-                    gpu_layers=tuple(gpu_layers))
+                    gpu_layers=tuple(gpu_layers), prompt_cache=prompt_cache(cache_ram_mib))
+
+
+def prompt_cache(mib: Optional[int] = None) -> PromptCache:
+    """A prompt cache of ``mib`` MiB (None: the default), never more than its share of the RAM free now."""
+    return PromptCache(budget_bytes(mib, available_ram()))
+
+
+def cache_line(cache: PromptCache) -> str:
+    """What the prompt cache may hold, in words, for the start-up lines."""
+    if not cache.enabled:
+        return "prompt cache: off (--cache-ram 0)"
+    return (f"prompt cache: conversations' prompt states kept in up to {cache.budget // MIB} MiB of RAM "
+            "(--cache-ram MiB; 0 turns it off)")
 
 
 def startup_pair(state: AppState, pair_id: Optional[str], required: bool = False) -> None:

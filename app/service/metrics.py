@@ -9,6 +9,7 @@ gauges read the generation lock when scraped. Names follow vLLM's / llama.cpp's 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from app.engine.events import DoneEvent, Drafter
@@ -50,6 +51,7 @@ class Metrics:
         queued.set_function(lambda: state.generation_lock.waiting)
         running = Gauge("tandem_generation_running", "1 while a generation holds the pair", registry=r)
         running.set_function(lambda: 1.0 if state.generation_lock.locked() else 0.0)
+        r.register(_PromptCacheCollector(state))
         state.observers.append(self.observe)
 
     def observe(self, done: DoneEvent, cfg: GenConfig) -> None:
@@ -81,3 +83,26 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PromptCacheCollector:
+    """The prompt cache's counters and size, read from the state's cache when scraped (it may be replaced)."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    def describe(self) -> list:
+        return []  # names known only when collected: no duplicates to check at registration
+
+    def collect(self):
+        c = self.state.prompt_cache
+        for name, text, value in (
+                ("tandem_prompt_cache_restores", "Saved prompt states put back for a request", c.restores),
+                ("tandem_prompt_cache_saves", "Prompt states saved before a request replaced them", c.saves),
+                ("tandem_prompt_cache_evictions", "Saved prompt states dropped for room (least recently used)",
+                 c.evicted)):
+            yield CounterMetricFamily(name, text, value=value)
+        yield GaugeMetricFamily("tandem_prompt_cache_bytes", "Bytes of RAM the saved prompt states hold", value=c.size)
+        yield GaugeMetricFamily("tandem_prompt_cache_entries", "Saved prompt states", value=len(c.entries))
+        yield GaugeMetricFamily("tandem_prompt_cache_limit_bytes", "The prompt cache's budget (0: off)",
+                                value=c.budget)

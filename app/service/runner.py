@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generator, Optional, Sequence
 
 from app.engine.events import DoneEvent, StepEvent, StopReason, StrEnum, TokenEvent
+from app.engine.llama.promptcache import Recall
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import Stats
@@ -51,6 +52,7 @@ class Live:
     times: list = field(default_factory=list)  # wall time each token arrived (Compare's race replay)
     draft_texts: dict = field(default_factory=dict)  # token index → the draft's rejected proposal, as text
     cached: Optional[int] = None  # prompt tokens the KV cache already held (reused, not processed again)
+    restored: int = 0  # of them, those a saved prompt state put back (the prompt cache: promptcache.py)
     pieces: dict = field(default_factory=dict)  # token id → its bytes, for the logprobs' alternatives
     parting: Optional["Parting"] = None  # where two greedy jobs' outputs parted, and how close the target was there
 
@@ -87,7 +89,7 @@ class Live:
         elif isinstance(ev, DraftText):
             self.draft_texts[ev.index] = ev.text
         elif isinstance(ev, PromptCache):
-            self.cached = ev.cached
+            self.cached, self.restored = ev.cached, ev.restored
         elif isinstance(ev, Pieces):
             self.pieces.update(ev.pieces)
         elif isinstance(ev, StepEvent):
@@ -109,7 +111,8 @@ class DraftText:
 
 @dataclass(frozen=True)
 class PromptCache:
-    cached: int  # prompt tokens already in the KV cache when the job began
+    cached: int  # prompt tokens the KV cache held for the job: expected as it begins, as read once the prompt is in
+    restored: int = 0  # of them, those a saved prompt state put back
 
 
 @dataclass(frozen=True)
@@ -127,11 +130,17 @@ class Pieces:
     pieces: dict  # token id → bytes (decoded in the worker: piece() is not thread-safe)
 
 
-def _reused(pair: Pair, tokens: Sequence[int]) -> int:
-    """Prompt tokens the target's cache already holds (the loop re-decodes at least the last one)."""
-    if not tokens:
-        return 0
-    return max(0, min(len(tokens) - 1, len(tokens) - pair.target.missing(tokens)))
+class _PromptRead:
+    """Once the prompt is in: how much of it the target's cache held, as counted by what it decoded (the last
+    prompt token is read by the first decode step, so it never counts as held)."""
+
+    def __init__(self, pair: Pair, tokens: Sequence[int], restored: int, q: queue.Queue, index: int):
+        self.target, self.n, self.restored, self.q, self.index = pair.target, len(tokens), restored, q, index
+        self.before = pair.target.decoded
+
+    def __call__(self, seconds: float) -> None:
+        held = max(0, self.n - 1 - (self.target.decoded - self.before))
+        self.q.put((PromptCache(held, min(self.restored, held)), self.index, time.perf_counter()))
 
 
 def _pieces(pair: Pair, ev: TokenEvent) -> Optional[Pieces]:
@@ -197,12 +206,17 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     if job.reset:
                         pair.reset()
                     q.put((_START, i, time.perf_counter()))
-                    q.put((PromptCache(_reused(pair, tokens)), i, time.perf_counter()))
+                    # a cold start (Compare's fair timing) takes nothing from the prompt cache
+                    recalled = Recall(0) if job.reset or not tokens else pair.recall(tokens, state.prompt_cache)
+                    q.put((PromptCache(recalled.reused, recalled.restored), i, time.perf_counter()))
+                    read = _PromptRead(pair, tokens, recalled.restored, q, i)
                     if job.prefill:
                         pair.prefill(tokens, job.cfg)
+                        read(0.0)
                         q.put((DoneEvent(reason=StopReason.MAX_TOKENS), i, time.perf_counter()))
                         continue
-                    for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps):
+                    for ev in pair.generate(tokens, job.cfg, stop=stop, baseline_tps=lives[i].baseline_tps,
+                                            on_prefill=read):
                         if isinstance(ev, TokenEvent) and ev.logprob is not None:  # (before the token's snapshot)
                             q.put((_pieces(pair, ev), i, time.perf_counter()))
                         q.put((ev, i, time.perf_counter()))

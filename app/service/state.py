@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from app.engine.llama.backend import BackendError, LoadOptions
 from app.engine.llama.devices import active_backend
+from app.engine.llama.promptcache import PromptCache
 from app.engine.pair import Pair
 from app.lab import baselines
 from app.models import standin
@@ -63,6 +64,8 @@ class AppState:
     observers: list[Callable[[Any, Any], None]] = field(default_factory=list)
     _switch_lock: threading.Lock = field(default_factory=threading.Lock)
     readers: Readers = field(default_factory=Readers)  # prompts tokenised outside the generation lock
+    # saved prompt states of the loaded pair (llama.cpp's --cache-ram); the runner recalls them before each job
+    prompt_cache: PromptCache = field(default_factory=PromptCache)
     activity: Optional[Activity] = None  # what holds the generation lock, where its holder says (else None)
 
     def apply_defaults(self, settings: dict[str, Any]) -> None:
@@ -170,6 +173,7 @@ class AppState:
                         raise
                     old = None
                 say(0.9, "freeing the previous pair")
+                self.prompt_cache.clear()  # states of the previous pair's contexts
                 if old is not None:
                     old.close()
                 self.pair, self.pair_id = new, pair_id
@@ -184,6 +188,7 @@ class AppState:
             if self.pair is not None:
                 self.pair.close()
             self.pair = None
+            self.prompt_cache.clear()
 
     # --- baselines ---------------------------------------------------------------------------------------
 

@@ -89,6 +89,7 @@ class Model(Closable):
         self.options = options
         self._piece = ctypes.create_string_buffer(256)
         self.cached: list[int] = []  # the tokens in the KV cache, in order
+        self.decoded = 0  # tokens decoded since load (what prompt processing really read: promptcache.py)
         self._closed = True  # until loaded: nothing to free
         self._open(options)
         self._closed = False
@@ -181,6 +182,7 @@ class Model(Closable):
         if rc != 0:
             raise BackendError(f"llama_decode failed with code {rc} ({'no KV slot' if rc == 1 else 'error'})")
         self.cached.extend(tokens)
+        self.decoded += n
         if self.hidden is not None:
             self.hidden.record(n_past, n)
         if self.recurrent_memory is not None:
@@ -253,9 +255,8 @@ class Model(Closable):
     def reset(self) -> None:
         L.llama_memory_clear(self.mem, True)
         self.cached.clear()
-        rs = self.recurrent_memory
-        if rs is not None:
-            rs.checkpoint, rs.pending, rs.last_batch = None, False, 0
+        if self.recurrent_memory is not None:
+            self.recurrent_memory.clear()
 
     # --- tokenizer -----------------------------------------------------------------------------------
 

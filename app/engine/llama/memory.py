@@ -56,6 +56,10 @@ class RecurrentMemory:
     counts: dict = field(default_factory=lambda: {w: 0 for w in Way})
     notice: Optional[str] = None  # why a re-prefill happened, said once
 
+    def clear(self) -> None:
+        """The sequence was emptied or replaced whole: no snapshots, no checkpoint."""
+        self.checkpoint, self.pending, self.last_batch = None, False, 0
+
     def decoded(self, n: int) -> None:
         self.last_batch, self.pending = n, False
 

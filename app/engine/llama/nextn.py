@@ -84,12 +84,20 @@ class HiddenRows:
 
     def record(self, pos: int, n: int) -> None:
         """Copy the rows of the decode just done (``n`` tokens from position ``pos``)."""
-        if pos + n > len(self.buf):
-            grown = np.zeros((max(pos + n, 2 * len(self.buf), 256), self.n_embd), dtype=np.float32)
-            grown[:len(self.buf)] = self.buf
-            self.buf = grown
+        self._room(pos + n)
         ptr = get_embeddings_nextn(self.ctx)
         self.buf[pos:pos + n] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
+
+    def restore(self, rows: np.ndarray) -> None:
+        """The rows of a sequence put back whole (a saved prompt state, ``promptcache.py``)."""
+        self._room(len(rows))
+        self.buf[:len(rows)] = rows
+
+    def _room(self, n: int) -> None:
+        if n > len(self.buf):
+            grown = np.zeros((max(n, 2 * len(self.buf), 256), self.n_embd), dtype=np.float32)
+            grown[:len(self.buf)] = self.buf
+            self.buf = grown
 
     def row(self, pos: int) -> np.ndarray:
         """``h_pos``; position -1 (before the first token) is zeros, as llama.cpp's driver starts."""

@@ -89,6 +89,7 @@ class SplitTarget(Model):
     def decode(self, tokens: Sequence[int], logits_for: Sequence[int] = (-1,)) -> np.ndarray:
         n, rows = self._ask(("decode", list(tokens), list(logits_for)))
         self.cached.extend(tokens)
+        self.decoded += len(tokens)
         return self._rows[:n] if rows is None else rows
 
     def seq_rm(self, n_keep: int) -> bool:

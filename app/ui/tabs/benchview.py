@@ -103,8 +103,8 @@ def lab_glossary_html() -> str:
              ("repeats", "The repeat range: with two or more passes over the prompts, each pass's median speedup; "
                          "the smallest and largest of them. A recommendation whose lead over the next-best cell is "
                          "smaller than this is within noise: another sweep may pick the other one."),
-             ("accept", words.get("acceptance")), ("tok/pass", words.get("tokens / pass")), ("K", words.get("K")),
-             ("α (alpha)", words.get("α (alpha)")), ("c", words.get("c")), ("v", words.get("v")),
+             ("accept", words.get(panel.ACCEPTANCE)), ("tok/pass", words.get("tokens / pass")), ("K", words.get("K")),
+             ("α (alpha)", words.get("α (alpha)")), ("c", words.get(panel.COST_C)), ("v", words.get("v")),
              ("bound", "The speedup predicted from this cell's measured α, K, c and v (the Chat's \"speedup, "
                        "estimate\"): (1 − α^(K+1)) / ((1 − α)(K·c + v)). Dashed in Speedup vs K; Measured vs "
                        "predicted sets the two side by side.")]
