@@ -202,7 +202,8 @@ def test_a_progress_bar_in_the_chat_panel_does_not_cover_the_glossary(page):
     """Make it faster (a quick sweep) draws a progress bar in the note under its button: the note makes room
     for it instead of drawing it over "What these numbers mean"."""
     open_tab(page, "Chat")
-    page.click("#tdm-faster")
+    page.click("#tdm-faster")  # first the plan (what it will do, about how long), then Start
+    page.click("#tdm-faster-start")
     bar = page.locator("#tdm-measure-note .progress-bar, #tdm-measure-note .eta-bar, "
                        "#tdm-measure-note .progress-text").first
     bar.wait_for(state="visible")
