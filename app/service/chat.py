@@ -106,32 +106,35 @@ def chat_stream(state: AppState, messages: list[dict], resolved: dict, stop: thr
         return ids + (pair.target.tokenize(reply_start, add_special=False, parse_special=False)
                       if reply_start else [])
 
-    yield from _marked(state, stream(state, prompt, [Job(S.to_config(resolved))], stop), who)
+    for status, lives in _marked(state, stream(state, prompt, [Job(S.to_config(resolved))], stop), who):
+        yield status, lives[0]
 
 
 def completion_stream(state: AppState, text: str, resolved: dict, stop: threading.Event,
                       who: str = "an API client's reply") -> Iterator[tuple[str, Live]]:
     """``text`` continued as raw text: no chat template, and typed control-token text stays text."""
     prompt: PromptFn = lambda pair: pair.completion_prompt(text, special=False)  # noqa: E731
-    yield from _marked(state, stream(state, prompt, [Job(S.to_config(resolved))], stop), who)
+    for status, lives in _marked(state, stream(state, prompt, [Job(S.to_config(resolved))], stop), who):
+        yield status, lives[0]
 
 
 def _marked(state: AppState, snapshots: Iterator[tuple[RunStatus, list[Live]]], who: str
-            ) -> Iterator[tuple[str, Live]]:
-    """One job's snapshots; from its start to its end, ``who`` names what holds the pair (state.activity)."""
+            ) -> Iterator[tuple[RunStatus, list[Live]]]:
+    """The runner's snapshots; from the jobs' start to their end, ``who`` names what holds the pair
+    (state.activity), for those waiting meanwhile."""
     mark: Optional[Activity] = None
     try:
         for status, lives in snapshots:
             if mark is None and status == RunStatus.RUNNING:
                 mark = state.activity = Activity(who)
-            yield status, lives[0]
+            yield status, lives
     finally:
         if mark is not None and state.activity is mark:
             state.activity = None
 
 
-def compare_stream(state: AppState, prompt: str, resolved: dict, stop: threading.Event, run_index: int
-                   ) -> Iterator[tuple[str, Live, Live, str]]:
+def compare_stream(state: AppState, prompt: str, resolved: dict, stop: threading.Event, run_index: int,
+                   who: str = "a Compare run") -> Iterator[tuple[str, Live, Live, str]]:
     """Plain and speculative runs of one prompt, each from a cold cache; the order alternates by run."""
     plain_cfg, spec_cfg = S.to_config(resolved, speculative=False), S.to_config(resolved, speculative=True)
     plain_first = run_index % 2 == 0
@@ -140,7 +143,8 @@ def compare_stream(state: AppState, prompt: str, resolved: dict, stop: threading
         jobs.reverse()
     order = "plain, then speculative" if plain_first else "speculative, then plain"
     messages = build_messages([], prompt, resolved["system"])
-    for status, lives in stream(state, lambda pair: pair.chat_prompt(messages), jobs, stop, judge=True):
+    for status, lives in _marked(state, stream(state, lambda pair: pair.chat_prompt(messages), jobs, stop,
+                                               judge=True), who):
         plain, spec = (lives[0], lives[1]) if plain_first else (lives[1], lives[0])
         yield status, plain, spec, order
 

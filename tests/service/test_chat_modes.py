@@ -63,3 +63,12 @@ def test_the_chat_mark_names_the_reply_while_it_holds_the_pair(gemma_state):
             seen.add(gemma_state.holder())
     assert seen == {"a reply in another Chat tab"}
     assert gemma_state.activity is None
+
+
+def test_a_compare_run_is_named_while_it_holds_the_pair(gemma_state):
+    resolved = S.resolve({"temperature": 0, "max_tokens": 4}, S.defaults({}))
+    seen = set()
+    for status, *_ in chat.compare_stream(gemma_state, "Hi", resolved, threading.Event(), 0):
+        if status == RunStatus.RUNNING and gemma_state.busy:
+            seen.add(gemma_state.holder())
+    assert seen == {"a Compare run"} and gemma_state.activity is None
