@@ -100,6 +100,8 @@ def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional
             paused_reason=summary.limit,
             lookup_draft_tokens_count=int(summary.lookup_drafted),  # by drafter: prompt lookup …
             lookup_accepted_tokens_count=int(summary.lookup_accepted),
+            # of those, copied from an earlier request's text (lookup_memory "pair"): a repeat of earlier work
+            lookup_earlier_tokens_count=int(summary.lookup_earlier),
             model_draft_tokens_count=int(summary.model_drafted),  # … and the draft model
             model_accepted_tokens_count=int(summary.model_accepted),
         )
@@ -130,6 +132,7 @@ def llamacpp_timings(summary: Summary, *, prompt_tokens: int, prompt_s: float, c
         "draft_n_accepted": int(summary.accepted),
         "draft_lookup_n": int(summary.lookup_drafted),  # of draft_n: proposed by prompt lookup
         "draft_lookup_n_accepted": int(summary.lookup_accepted),
+        "draft_lookup_n_earlier": int(summary.lookup_earlier),  # of those: copied from an earlier request's text
     }
 
 

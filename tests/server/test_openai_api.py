@@ -269,3 +269,25 @@ def test_serve_refuses_other_hosts_without_a_key():
     out = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "serve", "--host", "0.0.0.0"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "--api-key" in out.stderr + out.stdout
+
+
+def test_lookup_copies_an_earlier_reply_only_when_asked_and_says_how_many_tokens(client):
+    """The same question twice: by default lookup searches this request's text alone; with ``lookup_memory:
+    "pair"`` it may copy the first reply, and ``stats`` / ``timings`` count those tokens apart."""
+    ask = [{"role": "user", "content": "Write a Python function that says whether a number is prime."}]
+
+    def earlier(memory: str) -> tuple[int, int]:
+        reply = client.chat.completions.create(
+            model="demo-smollm2", messages=ask, temperature=0, max_tokens=48,
+            extra_body={"proposer": "auto", "k": 12, "lookup_memory": memory})
+        extra = reply.model_extra
+        return extra["stats"]["lookup_earlier_tokens_count"], extra["timings"]["draft_lookup_n_earlier"]
+
+    earlier("pair")  # the first time
+    assert earlier("conversation") == (0, 0)
+    copied, timed = earlier("pair")
+    assert copied == timed >= 12  # much of the reply came from the first one's text (greedy: the same reply)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="demo-smollm2", messages=ask, max_tokens=4,
+                                       extra_body={"lookup_memory": "forever"})
+    assert err.value.body["param"] == "lookup_memory"
