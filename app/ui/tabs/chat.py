@@ -216,7 +216,8 @@ def regenerate(state: AppState, sessions: Sessions, notes: Notes, request: gr.Re
     hist = sessions.history(key)
     notes.replaced.pop(key, None)
     if hist and hist[-1]["role"] == "assistant":
-        notes.replaced[key] = hist[-1]["content"]
+        if not hist[-1].get("interrupted"):  # (a reply cut short is no reply to come back "the same")
+            notes.replaced[key] = hist[-1]["content"]
         hist = hist[:-1]
     if not hist or hist[-1]["role"] != "user":
         return display(hist), panel.status_html("Nothing to regenerate yet.", "info")
