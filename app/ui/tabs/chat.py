@@ -91,10 +91,10 @@ def layout(state: AppState) -> SimpleNamespace:
                                  max_lines=8, show_label=False, scale=6, elem_id="tdm-chat-input")
                 send = gr.Button("Send", variant="primary", scale=1, min_width=64, elem_id="tdm-send")
             with gr.Row():
-                stop = gr.Button("Stop", variant="stop", size="sm", elem_id="tdm-stop")
-                regen = gr.Button("Regenerate", size="sm", elem_id="tdm-regen")
-                cont = gr.Button("Continue", size="sm", elem_id="tdm-continue")
-                clear = gr.Button("New chat", size="sm", elem_id="tdm-clear")
+                stop = gr.Button("Stop", variant="stop", size="sm", min_width=80, elem_id="tdm-stop")
+                regen = gr.Button("Regenerate", size="sm", min_width=100, elem_id="tdm-regen")
+                cont = gr.Button("Continue", size="sm", min_width=90, elem_id="tdm-continue")
+                clear = gr.Button("New chat", size="sm", min_width=90, elem_id="tdm-clear")
                 colour = gr.Checkbox(True, label="Colour tokens", elem_id="tdm-colour", min_width=120)
             status = gr.HTML("", elem_id="tdm-chat-status")
         with gr.Column(scale=4):
