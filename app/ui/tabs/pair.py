@@ -310,10 +310,11 @@ def fill_from_preset(pairs: dict[str, CatalogPair], pid: Optional[str]) -> tuple
     pair, current = pairs[pid], installed_models()
     t, d = _files_of(pair, current)
     if t is None or d is None:
-        missing = " and ".join(f for f, have in ((pair.target_file, t), (pair.draft_file, d)) if have is None)
+        missing = [f for f, have in ((pair.target_file, t), (pair.draft_file, d)) if have is None]
+        verb = "is" if len(missing) == 1 else "are"
         return gr.update(choices=list(current)), gr.update(choices=[NO_DRAFT, *current]), panel.status_html(
-            f"{pid} is not installed: {missing} is not in the models folder. Fetch it in the Models tab (Get), "
-            f"or run `python launcher.py models pull {pid}`.", "error")
+            f"{pid} is not installed: {' and '.join(missing)} {verb} not in the models folder. Fetch it in the "
+            f"Models tab (Get), or run `python launcher.py models pull {pid}`.", "error")
     return gr.update(choices=list(current), value=t), gr.update(choices=[NO_DRAFT, *current], value=d), gr.update()
 
 
