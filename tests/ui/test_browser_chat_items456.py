@@ -68,7 +68,8 @@ def test_item4_a_base_model_is_named_and_continued_in_completion_mode(page):
     finally:
         load_pair(page, *SMOL)
     open_tab(page, "Chat")
-    page.wait_for_function("!document.querySelector('#tdm-chat-kind').innerText.trim()", timeout=SOON)
+    page.wait_for_function("(() => { const e = document.querySelector('#tdm-chat-kind');"
+                           " return !e || !e.offsetParent || !e.innerText.trim(); })()", timeout=SOON)
     assert page.is_checked("#tdm-chat-mode input[value=chat]")  # an instruct target: Chat again
 
 

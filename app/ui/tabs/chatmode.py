@@ -32,14 +32,15 @@ def layout(state: AppState) -> tuple[Any, Any]:
     mode = gr.Radio(CHOICES, value=(ChatMode.COMPLETION if why else ChatMode.CHAT).value, label="Mode",
                     elem_id="tdm-chat-mode",
                     info="Completion continues your text as raw text, without the chat template (for base models).")
-    kind = gr.HTML(_notice(why), elem_id="tdm-chat-kind")
+    kind = gr.HTML(_notice(why), visible=bool(why), elem_id="tdm-chat-kind")  # (no empty gap for others)
     return mode, kind
 
 
-def view(state: AppState) -> tuple[Any, str]:
+def view(state: AppState) -> tuple[Any, Any]:
     """After a load (of the page or of a pair): Completion for a base model, with the notice; else Chat."""
     why = base_model(state)
-    return gr.update(value=(ChatMode.COMPLETION if why else ChatMode.CHAT).value), _notice(why)
+    return (gr.update(value=(ChatMode.COMPLETION if why else ChatMode.CHAT).value),
+            gr.update(value=_notice(why), visible=bool(why)))
 
 
 def carry_on(state: AppState, sessions: Sessions, request: Any, values: tuple,
