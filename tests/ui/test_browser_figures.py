@@ -12,6 +12,7 @@ import re
 import pytest
 
 from test_browser import browser, choose, clear, open_page, open_tab, send, set_slider, setting, shot  # noqa: F401
+from test_browser_a11y import AA, CONTRAST_JS
 
 pytestmark = pytest.mark.browser
 
@@ -51,6 +52,17 @@ def measure_plain(page) -> float:
     return float(re.search(r"([\d.]+) tok/s", page.inner_text("#tdm-measure-note")).group(1))
 
 
+NEW_TEXTS = ("acceptance (accepted", "c (draft", "Why this speed", "Accepted at position", "A draft is judged")
+
+
+def new_texts_contrast(page) -> list:
+    """The panel's new texts below 4.5:1 (each text's own colour over what is behind it, as the a11y test walks)."""
+    texts = page.evaluate(CONTRAST_JS, None)
+    mine = [t for t in texts if t["text"].startswith(NEW_TEXTS)]
+    assert len(mine) >= 4, mine
+    return [t for t in mine if t["ratio"] < AA]
+
+
 def test_the_panel_defines_each_acceptance_and_shows_the_drafts_cost(page):
     measure_plain(page)
     setting(page, "k", "4", "K 4")  # a fixed K: every pass drafts, whatever the machine's load
@@ -66,6 +78,7 @@ def test_the_panel_defines_each_acceptance_and_shows_the_drafts_cost(page):
     assert why and float(why.group(2)) == pytest.approx(float(c.group(1)), abs=0.006), text
     assert "cheap draft" in text, text
     page.locator("#tdm-counters").scroll_into_view_if_needed()
+    assert not new_texts_contrast(page)
     shot(page, "figures-panel-c-and-acceptance", full_page=False)
     dark = open_page(page.context.browser, "?__theme=dark", 1440, 900)
     try:  # a fresh page shows no reply: the panel's legend, glossary and counters in dark mode
@@ -75,6 +88,7 @@ def test_the_panel_defines_each_acceptance_and_shows_the_drafts_cost(page):
         dark.wait_for_selector("#tdm-chat-status .tdm-status-ok", timeout=180_000)
         assert "c (draft ÷ target step)" in dark.inner_text("#tdm-counters")
         dark.locator("#tdm-counters").scroll_into_view_if_needed()
+        assert not new_texts_contrast(dark)
         shot(dark, "figures-panel-c-and-acceptance-dark", full_page=False)
     finally:
         setting(dark, "k", "auto", "K auto")
