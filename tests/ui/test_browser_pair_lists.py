@@ -75,6 +75,8 @@ def test_a_pair_fetched_with_get_loads_without_a_restart(browser, app):  # noqa:
         page.get_by_role("button", name="Get", exact=True).click()
         page.wait_for_function("document.querySelector('#tdm-installed').innerText.includes('gemma-3-270m-f32')",
                                timeout=600_000)
+        page.wait_for_function(f"({PROGRESS_JS})() === 0")
+        page.wait_for_timeout(800)  # the result box's fade-in, for the picture
         shot(page, "models-get-result", full_page=False)
 
         page.reload()
