@@ -46,6 +46,12 @@ def test_max_body_not_a_number():
     one_line(run(["serve", "--max-body-mib", "lots"]), "max-body-mib", "lots")
 
 
+@pytest.mark.parametrize("command", ["serve", "ui"])
+@pytest.mark.parametrize("value", ["-1", "lots", "99999999"])
+def test_cache_ram_out_of_range(command, value):
+    one_line(run([command, "--cache-ram", value]), "cache-ram", value)
+
+
 def test_prompts_file_with_a_lone_surrogate(tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "a \\ud800 b"}\n', encoding="utf-8")
