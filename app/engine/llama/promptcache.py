@@ -4,7 +4,7 @@ A context holds one sequence, so a server that alternates between two conversati
 prompt on every switch: the live cache shares only the chat template's first tokens with the other one. Before
 a request replaces the live sequence, its state (``llama_state_seq_get_data_ext``: the KV cells, and the
 recurrent state of hybrid and recurrent memory) is copied into RAM when the request would drop more than half
-of it; when a saved state shares more of the new prompt than the live sequence does, it is put back
+of it or put a saved state in its place; when a saved state shares more of the new prompt than the live sequence does, it is put back
 (``llama_state_seq_set_data_ext``) and only the rest of the prompt is decoded. Entries are kept least recently
 used first within a byte budget (default 8 GiB, as llama.cpp's, and never more than ``RAM_SHARE`` of the RAM
 that is free beside them); a state larger than the budget is not saved.
@@ -216,7 +216,7 @@ class PromptCache:
         reuses = [e.target.reuse(view) for e in self.entries]
         best = choose(reuses, live)
         chosen = self.entries.pop(best) if best is not None else None
-        if worth_saving(len(target.cached), live):
+        if worth_saving(len(target.cached), live if chosen is None else 0):  # a restore replaces all of it
             self._keep(target, draft)
         if chosen is None:
             return Recall(live)
