@@ -112,11 +112,26 @@ def _stat(label: str, value: str, hint: str = "", cls: str = "") -> str:
             f'<div class="tdm-stat-label">{esc(label)}</div></div>')
 
 
-def _claim_stat(claim: dict) -> str:
+def _claim_stat(claim: dict, copied: int = 0) -> str:
+    """The speedup; ``copied``: tokens lookup copied from earlier requests, said in its label (what they saved is
+    a repeat of earlier work, not this reply's)."""
     s = claim["speedup"]
     measured = claim["kind"] == "measured"
-    return _stat("speedup, measured" if measured else "speedup, estimate",
-                 f"{s:.2f}×" if measured else f"≈{s:.2f}×", claim["source"], "tdm-good" if s >= 1 else "tdm-bad")
+    label = "speedup, measured" if measured else "speedup, estimate"
+    return _stat(f"{label} · {copied} copied" if copied else label, f"{s:.2f}×" if measured else f"≈{s:.2f}×",
+                 claim["source"] + (f"; {copied} tokens were copied from earlier replies" if copied else ""),
+                 "tdm-good" if s >= 1 else "tdm-bad")
+
+
+def copied_line(summary: Summary) -> Optional[str]:
+    """How many of a reply's tokens prompt lookup copied from earlier requests' text (lookup memory "pair"), or
+    None when it copied none."""
+    n = summary.lookup_earlier
+    if not n:
+        return None
+    return (f"{n} of this reply's {summary.tokens} tokens were copied by prompt lookup from an earlier reply "
+            f"(lookup remembers every reply since the pair was loaded): the speedup includes that repeat of earlier "
+            f"work. New chat turns this off.")
 
 
 def claim_note(claim: Optional[dict]) -> str:
@@ -151,8 +166,11 @@ def counters_html(summary: Summary, speculative: bool, claim: Optional[dict] = N
                                "draft seconds per drafted token ÷ seconds of one plain target step"))
         if summary.tokens:
             if claim:
-                items.append(_claim_stat(claim))
+                items.append(_claim_stat(claim, summary.lookup_earlier))
             lines.append(claim_note(claim))
+            copied = copied_line(summary)
+            if copied:
+                lines.append(copied)
         if summary.drafted:
             lines.append(cost_line(cost))
         pause = pause_line(summary)
@@ -223,7 +241,8 @@ def reply_line(summary: Summary, speculative: bool, proposer: str = ProposerName
     if not speculative:
         return f"plain decoding: {n} tokens in {summary.t_total:.1f} s · {tps:.1f} tok/s"
     who = proposer_words(proposer, short=True)
-    mixed = f" ({summary.lookup_accepted} from lookup)" \
+    earlier = f", {summary.lookup_earlier} of them copied from an earlier reply" if summary.lookup_earlier else ""
+    mixed = f" ({summary.lookup_accepted} from lookup{earlier})" \
         if proposer == ProposerName.AUTO and summary.lookup_drafted else ""
     parts = [f"{who} ({k_label(k, summary.mean_k)}): {summary.accepted} of {summary.drafted} accepted{mixed}",
              f"{summary.steps} target passes for {n} tokens", f"{tps:.1f} tok/s"]

@@ -41,3 +41,16 @@ def test_after_a_pair_switch_the_panel_names_the_pair_and_only_its_plain_speed()
     stored = panel.pair_counters_html("demo-gemma3", {"tps": 21.25, "measured_at": "2020-01-01 00:00:00",
                                                       "tokens": 64})
     assert "21.2 tok/s, measured" in stored and "days ago" in stored and "2020-01-01" in stored
+
+
+def test_tokens_copied_from_an_earlier_reply_are_said_beside_the_speedup_and_in_the_reply_line():
+    copied = replace(SLOW_DRAFT, lookup_drafted=200, lookup_accepted=190, lookup_earlier=150)
+    claim = {"speedup": 3.7, "kind": "measured", "source": "the plain speed measured here 1 min ago"}
+    html = panel.counters_html(copied, True, claim)
+    assert "speedup, measured · 150 copied" in html
+    assert "150 of this reply&#x27;s 454 tokens were copied by prompt lookup from an earlier reply" in html
+    line = panel.reply_line(copied, True, "auto", "auto")
+    assert "(190 from lookup, 150 of them copied from an earlier reply)" in line
+    plain = panel.counters_html(SLOW_DRAFT, True, claim)  # nothing copied: nothing said
+    assert "copied" not in plain and "speedup, measured<" in plain
+    assert "copied" not in panel.reply_line(replace(SLOW_DRAFT, lookup_drafted=20, lookup_accepted=10), True, "auto")
