@@ -123,6 +123,23 @@ def test_eagle3_drafts_equal_a_fresh_target_and_head(e3_pair, e3_fresh, e3_files
     assert checked > 5 and e3_fresh.hidden is None  # closing the head turned the rows it asked for off
 
 
+def test_eagle3_head_trusts_no_entry_of_a_sequence_put_in_from_outside(e3_pair):
+    """A saved prompt state put back (promptcache.py assigns ``cached``) may hold drafted entries: the head then
+    reads the whole history again from the target's rows, and drafts as it did."""
+    head, target = e3_pair.draft, e3_pair.target
+    e3_pair.reset()
+    prompt = target.tokenize(PROMPT)
+    cfg = GenConfig(max_tokens=12, k=3, proposer="draft")
+    out, _ = checked_run(target, prompt, cfg, e3_pair.proposer(cfg))
+    history = prompt + out[:-1]
+    target.rollback(len(history) - 1)
+    before = head.sync(history)
+    assert head.missing(history) == 0 < head.n_clean
+    head.cached = list(head.cached)
+    assert head.n_clean == 0 and head.missing(history) == len(history)
+    np.testing.assert_allclose(head.sync(history), before, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("head", ["copy", "copy_own"])
 def test_eagle3_copy_head_accepts_everything(e3_files, head):
     """The copy head (tests/support/tinyeagle3.py, ``write_eagle3`` at noise 0) is built so that its logits are
