@@ -1,6 +1,7 @@
 """The prompt cache (promptcache.py): its book-keeping on numbers, then real sequences saved and put back — the demo
-target alternating two conversations, a budget that holds one, a budget of 0, and a made-up hybrid (LFM2) pair
-whose recurrent state, checkpoint and draft come back with the target's cells."""
+target alternating two conversations, a budget that holds one, a budget of 0, a made-up hybrid (LFM2) pair
+whose recurrent state, checkpoint and draft come back with the target's cells, and a made-up MTP target whose
+NextN rows come back for its head."""
 
 from __future__ import annotations
 
@@ -193,3 +194,27 @@ def test_hybrid_state_comes_back_with_its_checkpoint_and_draft(hybrid):
     assert got.restored > 0 and read == len(cut) - 1 - got.reused
     fresh.reset()
     assert out == checked_run(fresh, cut, GenConfig(max_tokens=20, speculative=False))[0]
+
+
+def test_an_mtp_targets_rows_come_back_for_its_head(tmp_path, smol_paths):
+    """A target with an MTP head (a made-up hybrid Qwen3.5): the NextN rows the head drafts from come back with
+    the sequence, so its catch-up after a restore reads the restored conversation's rows."""
+    from app.engine.names import ProposerName
+    from app.engine.pair import Pair
+    from support.tinymtp import write_qwen35_mtp
+
+    path = write_qwen35_mtp(tmp_path / "mtp.gguf", smol_paths[1], seed=1)
+    with Pair.load(path, None, load_options(n_ctx=1024)) as pair, Model(path, load_options(n_ctx=1024)) as fresh:
+        t = pair.target
+        a = t.tokenize("Once upon a time, in a land far away, there was a keeper of bees who " * 3)
+        b = t.tokenize("The rain in the valley fell for forty days and the river rose until " * 3)
+        cache = PromptCache(64 * MIB, available=lambda: BIG)
+        cfg = GenConfig(max_tokens=20, proposer=ProposerName.MTP, k=3)
+        out_a, _, _ = _turn(pair, cache, a, cfg, pair.proposer(cfg))
+        rows_a = t.hidden.buf[:len(a) - 1].copy()
+        _turn(pair, cache, b, cfg, pair.proposer(cfg))
+        more = a + out_a + t.tokenize(" And then", add_special=False)
+        got = pair.recall(more, cache)
+        assert got.restored > 0 and (t.hidden.buf[:len(a) - 1] == rows_a).all()
+        out, _ = checked_run(t, more, cfg, pair.proposer(cfg))
+        assert out == checked_run(fresh, more, GenConfig(max_tokens=20, speculative=False))[0]
