@@ -34,7 +34,10 @@ def says(page, selector: str, text: str, timeout: float = SOON) -> None:
 
 
 def low_contrast(page, selector: str) -> list:
-    """Texts under 4.5:1 inside ``selector``."""
+    """Texts under 4.5:1 inside ``selector``, once it has faded in (Gradio fades an updated output in)."""
+    page.wait_for_function("""(s) => { let o = 1; for (let e = document.querySelector(s); e; e = e.parentElement)
+        o *= parseFloat(getComputedStyle(e).opacity); return o === 1; }""", arg=selector, timeout=SOON)
+    page.wait_for_timeout(300)  # (and its text's own transitions)
     root = page.locator(selector).element_handle()
     return [t for t in page.evaluate(CONTRAST_JS, root) if t["ratio"] < AA]
 
