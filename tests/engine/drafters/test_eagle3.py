@@ -140,6 +140,31 @@ def test_eagle3_head_trusts_no_entry_of_a_sequence_put_in_from_outside(e3_pair):
     np.testing.assert_allclose(head.sync(history), before, rtol=1e-3, atol=1e-3)
 
 
+def test_eagle3_prompt_cache_puts_back_the_rows_and_the_head_reads_them(e3_pair, e3_fresh):
+    """Two conversations alternate with the prompt cache on (promptcache.py): the target's layer rows come back with
+    its cells, the head's saved sequence comes back untrusted (it reads the restored rows again), and the output
+    is the target's."""
+    from app.engine.llama.promptcache import MIB, PromptCache
+
+    t = e3_pair.target
+    e3_pair.reset()
+    cache = PromptCache(64 * MIB, available=lambda: 1 << 40)
+    cfg = GenConfig(max_tokens=20, k=3, proposer="draft")
+    a = t.tokenize("Once upon a time, in a land far away, there was a keeper of bees who " * 3)
+    b = t.tokenize("The rain in the valley fell for forty days and the river rose until " * 3)
+    e3_pair.recall(a, cache)
+    out_a, _ = checked_run(t, a, cfg, e3_pair.proposer(cfg))
+    rows_a = t.hidden.buf[:len(a) - 1].copy()
+    e3_pair.recall(b, cache)
+    checked_run(t, b, cfg, e3_pair.proposer(cfg))
+    more = a + out_a + t.tokenize(" And then", add_special=False)
+    got = e3_pair.recall(more, cache)
+    assert got.restored > 0 and (t.hidden.buf[:len(a) - 1] == rows_a).all()
+    assert e3_pair.draft.n_clean == 0
+    out, _ = checked_run(t, more, cfg, e3_pair.proposer(cfg))
+    assert out == plain_tokens(e3_fresh, more, 20)
+
+
 @pytest.mark.parametrize("head", ["copy", "copy_own"])
 def test_eagle3_copy_head_accepts_everything(e3_files, head):
     """The copy head (tests/support/tinyeagle3.py, ``write_eagle3`` at noise 0) is built so that its logits are
