@@ -72,3 +72,14 @@ def test_a_compare_run_is_named_while_it_holds_the_pair(gemma_state):
         if status == RunStatus.RUNNING and gemma_state.busy:
             seen.add(gemma_state.holder())
     assert seen == {"a Compare run"} and gemma_state.activity is None
+
+
+def test_a_pair_load_is_named_while_it_holds_the_pair(smol_paths):
+    state, seen = AppState(), []
+    state.load(smol_paths[0], None, load_options(n_ctx=512),
+               progress=lambda f, d: seen.append(state.holder()) if state.busy else None)
+    try:
+        assert f"loading the pair {smol_paths[0].name}" in seen
+        assert state.activity is None  # gone with the load
+    finally:
+        state.unload()
