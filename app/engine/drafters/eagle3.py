@@ -95,8 +95,9 @@ class Eagle3Model(Model):
             raise Eagle3Error(f"{self.path.name}: this llama.cpp library does not export the layer-row functions "
                               "an EAGLE-3 head needs")
         t_arch = t.meta("general.architecture")
-        if t_arch not in eagle3rows.LAYER_ROW_ARCHS:  # before anything is loaded or turned on
-            raise Eagle3Error(f"{self.path.name}: {eagle3rows.refusal(t_arch, 0, 0, (), 0)}")
+        why = eagle3rows.arch_refusal(t_arch)  # before anything is loaded or turned on
+        if why is not None:
+            raise Eagle3Error(f"{self.path.name}: {why}")
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
         mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE

@@ -58,11 +58,20 @@ def head_layers(model) -> list[int]:
     return [int(ptr[i]) for i in range(n)] if n and ptr else []
 
 
+def arch_refusal(arch: Optional[str]) -> Optional[str]:
+    """Why llama.cpp cannot give a target of ``arch`` the rows a head reads; None if it can (checked before any
+    layer input is turned on: on another arch that stops the process)."""
+    if arch not in LAYER_ROW_ARCHS:
+        return f"llama.cpp does not record the layer inputs of {arch} targets, which an EAGLE-3 head reads"
+    return None
+
+
 def refusal(arch: Optional[str], n_layer: int, n_embd: int, layers: Sequence[int], hidden: int) -> Optional[str]:
     """Why a target of ``arch`` (``n_layer`` layers, ``n_embd`` wide) cannot feed a head reading the inputs of
     ``layers``, ``hidden`` wide; None if it can."""
-    if arch not in LAYER_ROW_ARCHS:
-        return f"llama.cpp does not record the layer inputs of {arch} targets, which an EAGLE-3 head reads"
+    why = arch_refusal(arch)
+    if why is not None:
+        return why
     if len(layers) != 3:
         return f"an EAGLE-3 head reads 3 target layers, this one {len(layers)}"
     past = [i for i in layers if not 0 <= i < n_layer]
