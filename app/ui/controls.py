@@ -12,6 +12,7 @@ from typing import Any, Optional
 import gradio as gr
 
 from app.engine import limits
+from app.engine.names import LookupMemory
 from app.service import settings as S
 from app.service.state import AppState
 from app.ui import panel
@@ -51,6 +52,8 @@ class Controls:
         out = dict(zip(self.names, values))
         if out.get("seed") is not None and float(out["seed"]) < 0:
             out["seed"] = None
+        if isinstance(out.get("lookup_memory"), bool):  # the Chat's checkbox
+            out["lookup_memory"] = LookupMemory.PAIR if out["lookup_memory"] else LookupMemory.CONVERSATION
         return out
 
     def refresh(self, state: AppState) -> list:
@@ -97,6 +100,8 @@ def _shown(name: str, value: Any) -> Any:
         return str(value)
     if name == "seed":
         return -1 if value is None else value
+    if name == "lookup_memory":
+        return value == LookupMemory.PAIR
     return value
 
 
@@ -185,4 +190,10 @@ def build_local(state: AppState, prefix: str, speculation_switch: bool = True) -
         c.add("max_tokens", gr.Number(value=d["max_tokens"], precision=0, label="Max tokens",
                                       info=f"{range_text('max_tokens')}; generation also stops when the "
                                            f"context is full."))
+    if speculation_switch:  # (Compare's runs always start clean: no run may copy another's reply)
+        c.add("lookup_memory", gr.Checkbox(
+            value=_shown("lookup_memory", d["lookup_memory"]), label="Lookup remembers earlier replies",
+            info="Off: prompt lookup copies only from this conversation. On: also from every reply since the pair "
+                 "was loaded (a repeated question runs faster; the panel counts the copied tokens). New chat "
+                 "turns it off."))
     return c

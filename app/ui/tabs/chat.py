@@ -166,6 +166,8 @@ def wire(state: AppState, v: SimpleNamespace, ctrl: controls.Controls, sessions:
     v.stop.click(on_stop, None, [v.status], queue=False, **private)
     v.clear.click(on_clear, None, [v.conversation, v.counters, v.status, v.last, v.note], queue=False, **private) \
         .then(**save)
+    memory = v.local.components[v.local.names.index("lookup_memory")]
+    v.clear.click(lambda: False, None, [memory], queue=False, **private)  # a new conversation starts clean
     # the class goes on <body>; the style sheet's rule for it wins over the tints (see style.py)
     v.colour.change(None, [v.colour], None, js="(on) => { document.body.classList.toggle('tdm-nocolour', !on); }")
     v.measure.click(on_measure, [v.last], [v.conversation, v.counters, v.note, v.last], show_progress="minimal",
