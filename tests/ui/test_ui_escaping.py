@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
+from app.engine.llama.promptcache import Recall
 from app.engine.summary import Summary
 from app.service import chat
 from app.ui import panel, reply
@@ -33,6 +34,7 @@ class FakeTarget:
     path: Path = Path("fake.gguf")
     size_bytes: int = 1
     n_threads: int = 1
+    decoded: int = 0  # tokens decoded so far (the runner counts a prompt's reused tokens from it)
 
     def missing(self, tokens) -> int:
         return len(tokens)  # nothing cached
@@ -51,7 +53,12 @@ class FakePair:
     def reset(self):
         pass
 
-    def generate(self, prompt, cfg, stop=None, baseline_tps=None):
+    def recall(self, prompt, cache) -> Recall:
+        return Recall(0)  # no prompt cache: every token is read
+
+    def generate(self, prompt, cfg, stop=None, baseline_tps=None, on_prefill=None):
+        if on_prefill is not None:
+            on_prefill(0.0)  # the prompt read at once
         kinds = ["accepted", "corrected", "bonus", "plain"]
         for i, text in enumerate(pieces(PAYLOAD)):
             yield TokenEvent(token=100 + i, text=text, kind=kinds[i % 4], step=i, draft_pos=0, draft_prob=0.5,
