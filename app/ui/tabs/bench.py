@@ -24,7 +24,7 @@ from app.lab import eta
 from app.lab.report import compare_markdown, k_label
 from app.lab.tuned import describe_machine, load_tuned, machine_info, save_tuned
 from app.service.faster import use_draft
-from app.service.state import session_key
+from app.service.state import Activity, session_key
 from app.ui import files
 from app.ui.api import disk_words, refused
 from app.ui.tabs import sizes
@@ -257,11 +257,14 @@ def tune(state, drafts: str, ks: str, suite: str, max_tokens, temperature: float
         started = time.monotonic()
         progress(0.0, desc=f"{cfg.total_runs()} runs: {expected}")
 
-        def on_progress(done: int, total: int, what: str, _eta: Optional[float]) -> None:
+        def on_progress(done: int, total: int, what: str, left: Optional[float]) -> None:
+            act.done, act.total, act.eta_s = done, total, act.eta_s if left is None else left
             progress((done, total), desc=f"{what} · {running_words(time.monotonic() - started, done, total)}",
                      unit="runs")
 
-        with disk_words():
+        # a Chat message waiting meanwhile names the sweep and its progress (state.waiting_for)
+        sweep = Activity("the Benchmark tab's sweep", total=cfg.total_runs())
+        with disk_words(), state.doing(sweep) as act:
             result = run_lab(state.pair, cfg, state.pair_id, progress=on_progress, cancel=cancel,
                              command=_command(req, state.pair_id), store_tuned=not req.quick)
         if result.tuned:  # a complete full sweep: the new defaults apply at once
