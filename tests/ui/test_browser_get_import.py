@@ -13,7 +13,8 @@ import pytest
 
 from support.fresh_app import fresh_home, start
 from support.tiny_gguf import write_tiny
-from test_browser import PROGRESS_JS, browser, open_tab, shot  # noqa: F401 - the browser fixture
+from test_browser import browser, open_tab, shot  # noqa: F401 - the browser fixture
+from test_browser_pair_lists import open_app
 
 pytestmark = pytest.mark.browser
 
@@ -26,15 +27,6 @@ FIGURE = re.compile(r"([^\n:]*?\.gguf[^\n:]*): (\d+) of (\d+) MiB")
 def app(smol_paths, gemma_paths):
     home = fresh_home(smol_paths, gemma_paths[1])
     return home, start(home, "get-import")
-
-
-def open_app(browser, url: str, query: str = ""):  # noqa: F811 - the shared browser fixture
-    pg = browser.new_page(viewport={"width": 1440, "height": 900})
-    pg.set_default_timeout(90_000)
-    pg.goto(url + query)
-    pg.wait_for_selector("#tdm-header .tdm-ready", state="attached")
-    pg.wait_for_function(f"({PROGRESS_JS})() === 0")
-    return pg
 
 
 def import_path(page, path) -> str:
