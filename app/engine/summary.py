@@ -46,8 +46,8 @@ class Summary:
     efficiency: Optional[float] = None  # speedup / bound
     lookup_drafted: int = 0  # of ``drafted``: by prompt lookup (the rest by the draft model)
     lookup_accepted: int = 0  # of ``accepted``: lookup's
-    lookup_earlier: int = 0  # of ``lookup_accepted``: copied from an earlier request's text (not this request's)
     t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had skipped (a one-off)
+    lookup_earlier: int = 0  # of ``lookup_accepted``: copied from an earlier request's text (not this request's)
 
     def to_dict(self) -> dict:
         return asdict(self)

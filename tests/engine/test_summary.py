@@ -19,6 +19,7 @@ SUMMARY = {  # Stats.summary(8.0) of STEPS as the untyped implementation returne
     "c": 0.10714285714285714, "v": 1.0, "bound": 2.442611681028458, "efficiency": 0.8187957240742839,
     # added since, after the old keys: which drafter (two drafters at once) and the MTP head's sync time
     "lookup_drafted": 0, "lookup_accepted": 0, "t_sync": 0.0,
+    "lookup_earlier": 0,  # … and how many of lookup's tokens came from an earlier request's text
 }
 
 
@@ -33,7 +34,8 @@ def test_an_empty_summary_is_an_empty_generations():
     empty = Summary()
     assert empty == Stats().summary() and list(empty.to_dict()) == list(SUMMARY)
     assert empty.to_dict() == {**{k: 0 for k in ("tokens", "steps", "drafted", "accepted", "rejections", "spec_steps",
-                                                 "paused_steps", "probe_steps", "lookup_drafted", "lookup_accepted")},
+                                                 "paused_steps", "probe_steps", "lookup_drafted", "lookup_accepted",
+                                                 "lookup_earlier")},
                                **{k: 0.0 for k in ("acceptance_rate", "mean_accepted", "alpha", "mean_k",
                                                    "t_verify_spec", "tokens_per_s", "t_draft", "t_verify", "t_total",
                                                    "t_sync")},
