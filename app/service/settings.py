@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 from app.engine import limits
 from app.engine.errors import BadInput
 from app.engine.loop import DEFAULT_K_MAX, DEFAULT_P_MIN, GenConfig
-from app.engine.names import LOOKUP_MEMORIES, LookupMemory, ProposerName
+from app.engine.names import LookupMemory, ProposerName
 from app.engine.decoding.sampling import SamplerSettings
 
 _GEN = GenConfig()  # the engine's defaults
@@ -102,15 +102,12 @@ def resolve(settings: Optional[Mapping[str, Any]], base: Optional[Mapping[str, A
     except ValueError as exc:
         raise SettingsError(str(exc), param=getattr(exc, "param", None) or "seed") from None
     out["proposer"] = str(out["proposer"]).strip().lower()
-    memory = str(out["lookup_memory"]).strip().lower()
-    if memory not in LOOKUP_MEMORIES:
-        raise SettingsError(f"lookup_memory must be one of {', '.join(LOOKUP_MEMORIES)}, not "
-                            f"{limits.shown(out['lookup_memory'])}", param="lookup_memory")
-    out["lookup_memory"] = LookupMemory(memory)
+    out["lookup_memory"] = str(out["lookup_memory"]).strip().lower()  # (GenConfig.validate checks the word)
     if out["system"] is not None and not isinstance(out["system"], str):
         raise SettingsError(f"system must be a string, not {type(out['system']).__name__}", param="system")
     out["system"] = out["system"] or ""
     to_config(out)  # the engine's own check
+    out["lookup_memory"] = LookupMemory(out["lookup_memory"])
     return out
 
 
@@ -122,7 +119,7 @@ def to_config(s: Mapping[str, Any], speculative: Optional[bool] = None) -> GenCo
                     speculative=s["speculative"] if speculative is None else speculative,
                     proposer=s["proposer"], k=s["k"], k_max=s["k_max"], p_min=s["p_min"], rule=s["rule"],
                     ignore_eos=s.get("ignore_eos", False), min_tokens=s.get("min_tokens", 0),  # (the API's alone)
-                    lookup_memory=LookupMemory(s.get("lookup_memory", LookupMemory.CONVERSATION)))
+                    lookup_memory=s.get("lookup_memory", LookupMemory.CONVERSATION))
     try:
         return cfg.validate()
     except ValueError as exc:
