@@ -49,9 +49,8 @@ from app.engine.drafters.readcost import ReadCosts
 from app.engine.drafters.rewrite import Rewrites
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.drafters.suffix import Match, SuffixIndex
-from app.engine.names import LookupMemory
 from app.engine.control.verifycost import VerifyCost
-from app.engine.names import ProposerName
+from app.engine.names import LookupMemory, ProposerName
 
 FIXED_MIN_MATCH = 4  # a fixed K (no cost estimates): lookup proposes where its match is at least this long
 # A return to the draft model after a lookup stretch is charged its catch-up shared over the draft steps that
