@@ -184,6 +184,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  memory: {note}")
         if v.extra.get("mtp"):
             print(f"  mtp: {v.extra['mtp']}")
+        if v.extra.get("head"):
+            print(f"  head: {v.extra['head']}")
     return 0 if v.ok else 1
 
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from app.engine.errors import TandemError
 from app.engine.llama.vocab import VocabInfo, check
-from app.models import archs, library, meta
+from app.models import archs, heads, library, meta
 from app.models.catalog import Catalog, load
 from app.models.ggufheader import GGUFError
 from app.models.meta import ModelMeta
@@ -91,7 +91,7 @@ def check_pair(target: str, draft: str, cat: Optional[Catalog] = None, remember:
     tv, tm, ts = describe(target, cat, offline)
     dv, dm, ds = describe(draft, cat, offline)
     verdict = check(tv, dv)
-    refusal = archs.assistant_refusal(tm.architecture, dm.architecture)
+    refusal = kind_refusal(tm, dm)
     if refusal is not None and verdict.ok:
         verdict = replace(verdict, ok=False, reason=refusal)
     out = Verdict(verdict.ok, verdict.reason, ts, ds)
@@ -107,10 +107,19 @@ def check_pair(target: str, draft: str, cat: Optional[Catalog] = None, remember:
     assistant = archs.assistant_note(dm.architecture)
     if assistant:
         out.extra["assistant"] = assistant
+    head = heads.note(dm)
+    if head:
+        out.extra["head"] = head
     if remember:
         library.remember_pair(ts.id, ds.id, verdict.ok, verdict.reason,
                               fingerprints=[tm.vocab_fingerprint, dm.vocab_fingerprint])
     return out
+
+
+def kind_refusal(target: ModelMeta, draft: ModelMeta) -> Optional[str]:
+    """Why this draft cannot pair with this target beyond the vocabulary: an assistant drafter or a head (EAGLE-3)
+    made for another target; None if nothing stands in the way."""
+    return archs.assistant_refusal(target.architecture, draft.architecture) or heads.refusal(target, draft)
 
 
 SLOW_DRAFT = 0.6  # draft weight bytes / target weight bytes from which a draft step costs too much to pay
@@ -142,4 +151,4 @@ def known_verdict(pair_target: str, pair_draft: str) -> Optional[dict[str, Any]]
     return None
 
 
-__all__ = ["CompatError", "Verdict", "check_pair", "describe", "known_verdict"]
+__all__ = ["CompatError", "Verdict", "check_pair", "describe", "kind_refusal", "known_verdict"]

@@ -105,6 +105,8 @@ class ModelMeta:
     nextn_layers: int = 0  # MTP (NextN) blocks after the trunk (block_count includes them)
     attn_layers: int = -1  # layers with a KV cache of their own (-1: all; see ``_memory_layout``)
     state_floats: int = 0  # recurrent state of one sequence, all recurrent layers (F32 values)
+    target_layers: tuple = ()  # a head's (EAGLE-3, DFlash): the target layers whose inputs it reads
+    target_hidden: int = 0  # a head's: the width of each of those rows, where its GGUF says (EAGLE-3)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,8 +145,20 @@ def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None
         vocab_type=vocab.vocab_type, n_layers=n_layers, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
         head_dim_k=head_k, head_dim_v=head_v, sliding_window=window, swa_layers=swa, file_size=file_size,
         weights_bytes=sum(t.n_bytes for t in header.tensors), nextn_layers=num("nextn_predict_layers"),
-        attn_layers=attn, state_floats=state,
+        attn_layers=attn, state_floats=state, target_layers=_target_layers(header, arch),
+        target_hidden=num("target_hidden_size"),
     )
+
+
+def _target_layers(header: Header, arch: str) -> tuple:
+    """``{arch}.target_layers``: the target layers a head reads (llama.cpp's LLM_KV_TARGET_LAYERS), () if none."""
+    key = f"{arch}.target_layers"
+    value = header.kv.get(key)
+    if value is None:
+        return ()
+    if not (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.size <= MAX_LAYERS):
+        raise GGUFError(f"metadata field {key} is {ggufheader.describe(value)}, not layer ids: a corrupt header")
+    return tuple(int(v) for v in value)
 
 
 def _memory_layout(arch: str, kv: dict, n_layers: int, num) -> tuple[int, int]:

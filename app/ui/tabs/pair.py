@@ -18,7 +18,8 @@ from app.engine import limits
 from app.engine.remote import rpc
 from app.engine.llama.vocab import VocabInfo, check
 from app.errors import ui_message
-from app.models import library, meta, offload
+from app.models import heads, library, meta, offload
+from app.models.compat import kind_refusal
 from app.models.catalog import load as load_catalog
 from app.service.baseline import warm_up
 from app.service.loading import PairOptions, load_into
@@ -113,8 +114,8 @@ def preset_update(state: AppState, pairs: dict[str, CatalogPair], models: dict[s
 
 
 @functools.lru_cache(maxsize=16)
-def _vocab(path: str, mtime: float) -> VocabInfo:
-    return meta.read(path)[1]  # the model manager's GGUF header reader
+def _header(path: str, mtime: float) -> tuple[meta.ModelMeta, VocabInfo]:
+    return meta.read(path)  # the model manager's GGUF header reader
 
 
 def verdict(target: Optional[str], draft: Optional[str]) -> tuple[bool, str]:
@@ -124,12 +125,18 @@ def verdict(target: Optional[str], draft: Optional[str]) -> tuple[bool, str]:
     if not draft:
         return True, "No draft model: only the prompt-lookup proposer can speculate."
     try:
-        t = _vocab(target, os.path.getmtime(target))
-        d = _vocab(draft, os.path.getmtime(draft))
+        tm, tv = _header(target, os.path.getmtime(target))
+        dm, dv = _header(draft, os.path.getmtime(draft))
     except Exception as exc:  # an empty, truncated or corrupt file is never green
         return False, f"Refused: {ui_message(exc)}"
-    c = check(t, d)
-    return (True, "Compatible: the vocabularies match.") if c.ok else (False, f"Refused: {c.reason}")
+    c = check(tv, dv)
+    if not c.ok:
+        return False, f"Refused: {c.reason}"
+    why = kind_refusal(tm, dm)  # the words `models check` says: an assistant or a head made for another target
+    if why is not None:
+        return False, f"Refused: {why}"
+    head = heads.note(dm)
+    return True, "Compatible: the vocabularies match." + (f" {head[0].upper()}{head[1:]}." if head else "")
 
 
 def info_html(state: AppState) -> str:

@@ -1,0 +1,104 @@
+"""A head that reads its target's layers (EAGLE-3), judged from the two GGUF headers before anything is loaded:
+``models check``, the Pair settings verdict and the engine's own load say the same words.
+
+Made-up files (tests/support/tinyeagle3.py): a tiny Llama target (4 layers, 64 wide) and EAGLE-3 heads with
+random weights, one for it and three that are not; the wrong-architecture case is a head written for the demo
+Gemma-3 (its vocabulary, its width and layers), an architecture whose graph records no layer inputs, so that
+only the architecture stands in the way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.engine.drafters.eagle3 import Eagle3Error
+from app.engine.pair import Pair
+from app.models import compat, heads, meta
+from app.testing import load_options
+from app.ui.tabs.pair import verdict
+from support.tinyeagle3 import N_EMBD, write_eagle3, write_llama
+
+ROOT = Path(__file__).resolve().parents[2]
+ARCH_WORDS = "llama.cpp does not record the layer inputs of gemma3 targets, which an EAGLE-3 head reads"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, smol_paths, gemma_paths):
+    d = tmp_path_factory.mktemp("heads")
+    vocab = smol_paths[1]
+    gemma = meta.read(gemma_paths[0])[0]
+    return {
+        "target": write_llama(d / "target.gguf", vocab, seed=1),
+        "head": write_eagle3(d / "head.gguf", vocab, seed=1),
+        "deep": write_eagle3(d / "deep.gguf", vocab, seed=1, layers=(0, 2, 4)),
+        "wide": write_eagle3(d / "wide.gguf", vocab, seed=1, target_hidden=2 * N_EMBD),
+        "gemma_target": Path(gemma_paths[0]),
+        "gemma_head": write_eagle3(d / "gemma-head.gguf", gemma_paths[1], seed=1, target_hidden=gemma.n_embd,
+                                   layers=(2, gemma.n_layers // 2, gemma.n_layers - 3)),
+    }
+
+
+def judged(files, target: str, draft: str) -> compat.Verdict:
+    return compat.check_pair(str(files[target]), str(files[draft]), remember=False)
+
+
+def test_the_head_metadata_is_read_from_the_header(files):
+    head, _ = meta.read(files["head"])
+    assert head.architecture == "eagle3" and head.target_layers == (0, 2, 3) and head.target_hidden == N_EMBD
+    target, _ = meta.read(files["target"])
+    assert target.target_layers == () and heads.kind(target.architecture) is None
+    assert heads.label_of(files["head"]) == "EAGLE-3 head" and heads.label_of(files["target"]) is None
+
+
+def test_a_head_for_its_target_is_accepted_and_named(files):
+    v = judged(files, "target", "head")
+    assert v.ok and "EAGLE-3 head" in v.extra["head"] and "layers 0, 2, 3 (64 wide each)" in v.extra["head"]
+    ok, words = verdict(str(files["target"]), str(files["head"]))
+    assert ok and words.startswith("Compatible: the vocabularies match. The draft (eagle3) is an EAGLE-3 head")
+
+
+@pytest.mark.parametrize("target,draft,words", [
+    ("gemma_target", "gemma_head", ARCH_WORDS),
+    ("target", "wide", f"it reads rows {2 * N_EMBD} wide but the target's are {N_EMBD}: it was made for another model"),
+    ("target", "deep", "it reads layer 4, but the target has layers 0-3: it was made for another model"),
+])
+def test_a_head_made_for_another_target_is_refused_in_the_engines_words(files, target, draft, words):
+    v = judged(files, target, draft)
+    assert not v.ok and v.reason == words and "EAGLE-3 head" in v.extra["head"]
+    assert verdict(str(files[target]), str(files[draft])) == (False, f"Refused: {words}")  # Pair settings
+    assert heads.file_refusal(files[target], files[draft]) == f"{files[draft].name}: {words}"
+
+
+@pytest.mark.parametrize("draft", ["wide", "deep"])
+def test_loading_says_what_the_header_check_said(files, draft):
+    """The engine refuses the same pairs when it loads them, with the same words (the same check)."""
+    with pytest.raises(Eagle3Error) as err:
+        Pair.load(files["target"], files[draft], load_options(n_ctx=256)).close()
+    assert judged(files, "target", draft).reason in str(err.value)
+
+
+def test_a_head_given_as_the_target_is_refused(files):
+    v = judged(files, "head", "target")
+    assert not v.ok and v.reason.startswith("the target (eagle3) is an EAGLE-3 head: it drafts only beside")
+    assert verdict(str(files["head"]), str(files["target"]))[0] is False
+
+
+def check_cli(tmp_path, target: Path, draft: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TANDEM_HOME=str(tmp_path / "home"), TANDEM_QUIET="1")
+    return subprocess.run([sys.executable, str(ROOT / "launcher.py"), "models", "check", str(target), str(draft)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_models_check_names_the_head_and_refuses_in_one_line(files, tmp_path):
+    ok = check_cli(tmp_path, files["target"], files["head"])
+    assert ok.returncode == 0 and ok.stdout.startswith("compatible: "), ok.stderr
+    assert "  head: the draft (eagle3) is an EAGLE-3 head: it drafts from the inputs of the target's layers 0, 2, 3" \
+        in ok.stdout
+    bad = check_cli(tmp_path, files["gemma_target"], files["gemma_head"])
+    assert bad.returncode == 1 and bad.stdout.splitlines()[0] == f"INCOMPATIBLE: {ARCH_WORDS}"
+    assert "Traceback" not in bad.stderr + bad.stdout
