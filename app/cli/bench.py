@@ -20,7 +20,7 @@ from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.benchguard import words as where_words
 from app.lab.prompts import PromptFileError, has_infill, load_prompts, require_fim
 from app.lab.replay import PERFECT
-from app.models import standin
+from app.models import heads, standin
 from app.models.provision import ensure_pair
 from app.numfmt import fmt as _f
 
@@ -115,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         entry, target, draft = ensure_pair(args.pair)
         pair_id = entry.id
+    if draft is not None and set(args.proposers) != {ProposerName.LOOKUP}:
+        why = heads.file_refusal(target, draft)  # before the target is loaded (on some archs llama.cpp would abort)
+        if why is not None:
+            fail(why)
     gen = GenConfig(max_tokens=args.max_tokens, k=args.k, k_max=args.k_max, p_min=args.p_min,
                     proposer=args.proposer, rule=args.rule,
                     sampler=SamplerSettings(temperature=args.temperature, seed=args.seed))
@@ -127,9 +131,11 @@ def run(args: argparse.Namespace) -> int:
     if args.reference == "bare-spec" and args.proposer != ProposerName.DRAFT:
         fail("--reference bare-spec compares draft-model speculation; use --proposer draft")
     assistant = draft is not None and is_assistant(draft)
-    if args.reference == "bare-spec" and assistant:
-        fail("--reference bare-spec runs a draft model alone; an assistant drafter runs only on the target's cache")
-    kind = f" ({ASSISTANT_LABEL})" if assistant else ""
+    label = ASSISTANT_LABEL if assistant else heads.label_of(draft) if draft is not None else None
+    if args.reference == "bare-spec" and label:
+        fail(f"--reference bare-spec runs a draft model alone; an {label} drafts only from its target's own "
+             "cache or layers")
+    kind = f" ({label})" if label else ""
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}{kind}; "
           f"{len(prompts)} prompts, "
           f"{args.max_tokens} tokens, K={args.k}, T={args.temperature}, proposer={','.join(args.proposers)}"

@@ -1,0 +1,57 @@
+"""``bench`` with a head that reads its target's layers (EAGLE-3), through the real launcher: on a made-up Llama
+target and its made-up head (random weights: correctness, never speed) the speculative output equals plain
+decoding; a head beside a target whose architecture records no layer inputs (the demo Gemma-3, which llama.cpp
+would abort on) is refused in one line of stderr with exit 2 before the target is loaded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.models import meta
+from support.tinyeagle3 import write_eagle3, write_llama
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TANDEM_HOME=str(tmp_path / "home"), TANDEM_QUIET="1")
+    return subprocess.run([sys.executable, str(ROOT / "launcher.py"), "bench", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, smol_paths, gemma_paths):
+    d = tmp_path_factory.mktemp("bench-heads")
+    gemma = meta.read(gemma_paths[0])[0]
+    return {
+        "target": write_llama(d / "tiny-llama.gguf", smol_paths[1], seed=1),
+        "head": write_eagle3(d / "tiny-eagle3.gguf", smol_paths[1], seed=1),
+        "gemma_target": Path(gemma_paths[0]),
+        "gemma_head": write_eagle3(d / "gemma-eagle3.gguf", gemma_paths[1], seed=1, target_hidden=gemma.n_embd,
+                                   layers=(2, gemma.n_layers // 2, gemma.n_layers - 3)),
+    }
+
+
+@pytest.mark.parametrize("k", ["3", "auto"])
+def test_bench_with_an_eagle3_head_reports_identical_output(files, tmp_path, k):
+    proc = bench(tmp_path, "--target", str(files["target"]), "--draft", str(files["head"]), "--max-tokens", "32",
+                 "--suite", "code", "--k", k)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "draft tiny-eagle3.gguf (EAGLE-3 head);" in out
+    median = next(line for line in out.splitlines() if line.startswith("median"))
+    assert median.split()[-1] == "yes" and " NO" not in out and "mismatch" not in out, out  # every prompt's too
+
+
+def test_bench_refuses_a_head_beside_a_target_without_layer_rows_in_one_line(files, tmp_path):
+    proc = bench(tmp_path, "--target", str(files["gemma_target"]), "--draft", str(files["gemma_head"]),
+                 "--max-tokens", "32")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["error: gemma-eagle3.gguf: llama.cpp does not record the layer inputs of "
+                                        "gemma3 targets, which an EAGLE-3 head reads"]
+    assert proc.stdout == ""  # refused before the target was loaded (nothing placed, nothing run)
