@@ -20,6 +20,7 @@ from app.engine.pair import Pair
 from app.lab.report import write_artifacts
 from app.engine.llama.vocab import check
 from app.models import library, meta, standin
+from app.models.compat import kind_refusal
 from app.models.ggufheader import GGUFError
 from app.lab.tuned import machine_info, save_tuned, settings_from_recommendation
 from app.lab.result import SweepResult
@@ -60,8 +61,11 @@ def installed_files(pair: Pair) -> list[Path]:
 def _verdict(pair: Pair, target_vocab, path: Path) -> tuple[bool, str]:
     """llama.cpp's compatibility rule from the GGUF header (no weights loaded), else by opening the model."""
     try:
-        verdict = check(target_vocab, meta.read(path)[1])
-        return bool(verdict.ok), verdict.reason
+        draft, vocab = meta.read(path)
+        verdict = check(target_vocab, vocab)
+        # a head made for another target, or an assistant drafter for another architecture, is no candidate
+        why = kind_refusal(meta.read(pair.target.path)[0], draft) if verdict.ok else None
+        return (False, why) if why else (bool(verdict.ok), verdict.reason)
     except GGUFError as exc:  # a truncated or corrupt file: llama.cpp could not load it either
         return False, str(exc)
     except Exception:
@@ -124,7 +128,7 @@ def plan(pair: Pair, req: LabRequest, on_skip: Optional[Callable[[str, str], Non
     free = [tune.LOOKUP] + ([tune.MTP] if pair.has_mtp else [])  # no model to load: prompt lookup, MTP head
     both = [tune.Candidate.combined(pair.draft.path)] if pair.draft is not None else []  # ranked beside them
     own_names = {ProposerName.LOOKUP, ProposerName.MTP, ProposerName.AUTO} | {c.id for c in own} \
-        | {Path(c.path).name for c in own}
+        | {Path(c.path).name for c in own} | {Path(c.path).stem for c in own}
     if (req.quick and names <= {"all"}) or (names and names <= own_names):
         pool = own + free + both  # no need to open every installed model
     else:

@@ -27,6 +27,7 @@ from app.engine.pair import Pair, draft_options_for, open_draft
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.stats import costs, median, pool
 from app.lab.result import SweepResult
+from app.models import heads
 from app.engine.summary import Summary
 from app.engine.llama.vocab import IncompatiblePair, check
 from app.engine.names import AUTO_K, ProposerName, Rule
@@ -50,11 +51,17 @@ class Candidate:
 
     @classmethod
     def model(cls, path: Union[str, Path]) -> "Candidate":
-        return cls(id=Path(path).stem, proposer=ProposerName.DRAFT, path=str(path))
+        return cls(id=_named(path), proposer=ProposerName.DRAFT, path=str(path))
 
     @classmethod
     def combined(cls, path: Union[str, Path]) -> "Candidate":  # lookup and this model, chosen per step
-        return cls(id=f"auto ({Path(path).stem} + lookup)", proposer=ProposerName.AUTO, path=str(path))
+        return cls(id=f"auto ({_named(path)} + lookup)", proposer=ProposerName.AUTO, path=str(path))
+
+
+def _named(path: Union[str, Path]) -> str:
+    """A draft file's id: its stem, with what it is when it drafts from the target's layers ("x (EAGLE-3 head)")."""
+    label = heads.label_of(path)
+    return f"{Path(path).stem} ({label})" if label else Path(path).stem
 
 
 LOOKUP = Candidate("lookup", ProposerName.LOOKUP, None)
@@ -97,8 +104,9 @@ def select(candidates: Sequence[Candidate], spec: str) -> list[Candidate]:
     if not spec or spec.strip() == "all":
         return list(candidates)
     by_key = {}
-    for c in candidates:
-        by_key.update({c.id: c, Path(c.path).name if c.path else c.id: c})
+    for c in candidates:  # a file's name and stem pick its model; "auto" picks the combined drafter
+        by_key.update({c.id: c, **({Path(c.path).name: c, Path(c.path).stem: c} if c.path and c.proposer
+                                   == ProposerName.DRAFT else {})})
     by_key.setdefault("lookup", LOOKUP)
     by_key.update({"auto": c for c in candidates if c.proposer == ProposerName.AUTO})  # (the first's, the pair's own)
     chosen = []
