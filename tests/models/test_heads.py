@@ -102,3 +102,20 @@ def test_models_check_names_the_head_and_refuses_in_one_line(files, tmp_path):
     bad = check_cli(tmp_path, files["gemma_target"], files["gemma_head"])
     assert bad.returncode == 1 and bad.stdout.splitlines()[0] == f"INCOMPATIBLE: {ARCH_WORDS}"
     assert "Traceback" not in bad.stderr + bad.stdout
+
+
+def test_the_catalog_eagle3_pair_is_listed_offline(tmp_path, monkeypatch):
+    """A real head from the Hub (not reachable here): it loads from the catalog as an EAGLE-3 head beside its
+    target, and the fit table lists its pair without any download or header read (figures unknown until then)."""
+    from app.models import advice, catalog, hardware
+
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    cat = catalog.load()
+    assert not cat.errors
+    pair = cat.pairs["gpt-oss-20b-eagle3"]
+    target, head = cat.models[pair.target], cat.models[pair.draft]
+    assert heads.kind(head.arch).label == "EAGLE-3 head" and heads.kind(target.arch) is None
+    assert target.repo == head.repo == "ggml-org/gpt-oss-20b-GGUF" and head.file == "eagle3-gpt-oss-20b-Q8_0.gguf"
+    assert "published" in pair.notes and "not measured here" in pair.notes
+    row = next(r for r in advice.label_pairs(cat, hardware.detect()) if r["pair"] == pair.id)
+    assert row["fit"] == "unknown" and row["compatible"] is None and not row["installed"]
