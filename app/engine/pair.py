@@ -14,7 +14,8 @@ from app.engine import limits
 
 from app.engine.llama import vocab
 from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, AssistantModel
-from app.engine.drafters.eagle3 import LABEL as EAGLE3_LABEL, Eagle3Model, open_draft
+from app.engine.drafters.dflash import LABEL as DFLASH_LABEL, DFlashModel, DFlashProposer, open_draft
+from app.engine.drafters.eagle3 import LABEL as EAGLE3_LABEL, Eagle3Model
 from app.engine.llama.backend import ContextFullError, LoadOptions, Model
 from app.engine.llama.chunking import Cancel
 from app.engine.llama.promptcache import PromptCache, Recall
@@ -95,6 +96,7 @@ class Pair:
         self.kv_share_reason = "no draft model" if draft is None else (
             "an assistant drafter (it reads the target's cache as it is)" if isinstance(draft, AssistantModel)
             else "an EAGLE-3 head (it drafts from the target's layer rows)" if isinstance(draft, Eagle3Model)
+            else "a DFlash drafter (it drafts from the target's layer rows)" if isinstance(draft, DFlashModel)
             else "a target of another kind" if not isinstance(self.target, Model) else share_reason(self.target, draft))
         self.kv_share = KvShare(self.target, draft) if draft is not None and self.kv_share_reason is None else None
         self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in (ProposerName.DRAFT, ProposerName.AUTO)}  # other costs
@@ -116,7 +118,9 @@ class Pair:
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
         model: DraftModelProposer
-        if isinstance(self.draft, (AssistantModel, Eagle3Model)):
+        if isinstance(self.draft, DFlashModel):
+            model = DFlashProposer(self.draft, p_min=p_min, costs=self.read_costs.of(self.draft))
+        elif isinstance(self.draft, (AssistantModel, Eagle3Model)):
             model = MtpProposer(self.draft, p_min=p_min, costs=self.read_costs.of(self.draft))
         else:
             costs = self.read_costs.of(self.draft, in_use(self.kv_share))
@@ -134,12 +138,14 @@ class Pair:
     @property
     def draft_kind(self) -> Optional[str]:
         """How the draft drafts, for display: "draft model", the assistant drafter (reads the target's cache and
-        rows, ``assistant.py``), the EAGLE-3 head (reads the target's layer rows, ``eagle3.py``), or None without a
-        draft."""
+        rows, ``assistant.py``), the EAGLE-3 head or the DFlash block (read the target's layer rows, ``eagle3.py``,
+        ``dflash.py``), or None without a draft."""
         if self.draft is None:
             return None
         if isinstance(self.draft, Eagle3Model):
             return EAGLE3_LABEL
+        if isinstance(self.draft, DFlashModel):
+            return DFLASH_LABEL
         return ASSISTANT_LABEL if isinstance(self.draft, AssistantModel) else "draft model"
 
     @property

@@ -1,5 +1,5 @@
-"""The target's layer-input rows an EAGLE-3 head drafts from, the llama.cpp calls that give them, and the target
-architectures that record them.
+"""The target's layer-input rows an EAGLE-3 head or a DFlash block drafter drafts from, the llama.cpp calls that give
+them, and the target architectures that record them.
 
 An EAGLE-3 head reads, for every position ``P`` of the target's sequence, the inputs of three of the target's
 layers (``eagle3.target_layers`` in its GGUF), concatenated: ``[x^(a)_P | x^(b)_P | x^(c)_P]``, 3·n_embd floats.
@@ -16,12 +16,29 @@ for every layer of the main graph). On any other, a decode with a layer's input 
 from __future__ import annotations
 
 import ctypes
+from enum import Enum
 from typing import Optional, Sequence
 
 import numpy as np
 
 from app.engine.llama import nextn
-from app.engine.llama.nextn import _bind as bind  # how nextn.py binds its C++-linkage calls
+from app.engine.llama.nextn import bind  # how nextn.py binds its C++-linkage calls
+
+
+class HeadKind(str, Enum):
+    """The draft GGUF architectures that read a target's layer inputs (their ``general.architecture``)."""
+
+    EAGLE3 = "eagle3"
+    DFLASH = "dflash"
+
+    @property
+    def reader(self) -> str:
+        """How a refusal names a draft of this kind."""
+        return "an EAGLE-3 head" if self is HeadKind.EAGLE3 else "a DFlash drafter"
+
+
+# target layers a head of each kind reads (None: as many as its metadata names, at least one)
+LAYER_COUNT = {HeadKind.EAGLE3: 3, HeadKind.DFLASH: None}
 
 # archs whose main graph records every layer's input (src/models/*.cpp, this build), with those that reuse such a
 # graph (models.h: hunyuan-dense ← hunyuan_vl, lfm2moe ← lfm2, nemotron_h_moe ← nemotron_h). Left out: qwen4exp,
@@ -52,28 +69,34 @@ BOUND = nextn.BOUND and all(f is not None for f in (set_layer_inp, get_layer_inp
 
 
 def head_layers(model) -> list[int]:
-    """The target layers a loaded EAGLE-3 (or DFlash) model reads (``eagle3.target_layers``)."""
+    """The target layers a loaded EAGLE-3 or DFlash model reads (``<arch>.target_layers``)."""
     n = int(target_layer_ids_n(model))
     ptr = target_layer_ids(model)
     return [int(ptr[i]) for i in range(n)] if n and ptr else []
 
 
-def arch_refusal(arch: Optional[str]) -> Optional[str]:
-    """Why llama.cpp cannot give a target of ``arch`` the rows a head reads; None if it can (checked before any
-    layer input is turned on: on another arch that stops the process)."""
+def arch_refusal(arch: Optional[str], kind: HeadKind = HeadKind.EAGLE3) -> Optional[str]:
+    """Why llama.cpp cannot give a target of ``arch`` the rows a head of ``kind`` reads; None if it can (checked
+    before any layer input is turned on: on another arch that stops the process)."""
     if arch not in LAYER_ROW_ARCHS:
-        return f"llama.cpp does not record the layer inputs of {arch} targets, which an EAGLE-3 head reads"
+        return f"llama.cpp does not record the layer inputs of {arch} targets, which {kind.reader} reads"
     return None
 
 
-def refusal(arch: Optional[str], n_layer: int, n_embd: int, layers: Sequence[int], hidden: int) -> Optional[str]:
-    """Why a target of ``arch`` (``n_layer`` layers, ``n_embd`` wide) cannot feed a head reading the inputs of
-    ``layers``, ``hidden`` wide; None if it can."""
-    why = arch_refusal(arch)
+def refusal(arch: Optional[str], n_layer: int, n_embd: int, layers: Sequence[int], hidden: int,
+            kind: HeadKind = HeadKind.EAGLE3) -> Optional[str]:
+    """Why a target of ``arch`` (``n_layer`` layers, ``n_embd`` wide) cannot feed a head of ``kind`` reading the
+    inputs of ``layers``, ``hidden`` wide (an EAGLE-3 head's ``eagle3.target_hidden_size``; a DFlash drafter's own
+    width, which its ``fc`` takes per layer); None if it can. For ``models check`` as for loading: every figure
+    is in the two files' headers."""
+    why = arch_refusal(arch, kind)
     if why is not None:
         return why
-    if len(layers) != 3:
-        return f"an EAGLE-3 head reads 3 target layers, this one {len(layers)}"
+    want = LAYER_COUNT[kind]
+    if want is not None and len(layers) != want:
+        return f"{kind.reader} reads {want} target layers, this one {len(layers)}"
+    if not layers:
+        return f"{kind.reader} names the target layers it reads ({kind.value}.target_layers): this one names none"
     past = [i for i in layers if not 0 <= i < n_layer]
     if past:
         return f"it reads layer {past[0]}, but the target has layers 0-{n_layer - 1}: it was made for another model"
@@ -92,7 +115,7 @@ class LayerRows(nextn.HiddenRows):
         self.ctx, self.layers, self.n_layer_embd = ctx, tuple(layers), n_embd_layer
         self.n_embd = len(self.layers) * n_embd_layer
         self.buf = np.zeros((0, self.n_embd), dtype=np.float32)
-        self.heads = 0  # EAGLE-3 heads reading these rows (the last one to close turns them off)
+        self.heads = 0  # EAGLE-3 heads and DFlash drafters reading these rows (the last to close turns them off)
         for lid in self.layers:
             set_layer_inp(ctx, lid, True)
 

@@ -31,7 +31,8 @@ ASSISTANT_ARCHS = {"gemma4-assistant": frozenset({"gemma4"})}
 _F32P = ctypes.POINTER(ctypes.c_float)
 
 
-def _bind(mangled: str, argtypes: list, restype) -> Optional[Any]:
+def bind(mangled: str, argtypes: list, restype) -> Optional[Any]:
+    """A libllama function of C++ linkage by its mangled name, typed; None where the library lacks it."""
     try:
         fn = getattr(L.llama_cpp._lib, mangled)
     except AttributeError:
@@ -41,15 +42,15 @@ def _bind(mangled: str, argtypes: list, restype) -> Optional[Any]:
 
 
 # void llama_set_embeddings_nextn(llama_context *, bool value, bool masked)
-set_embeddings_nextn = _bind("_Z26llama_set_embeddings_nextnP13llama_contextbb",
+set_embeddings_nextn = bind("_Z26llama_set_embeddings_nextnP13llama_contextbb",
                              [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool], None)
 # float * llama_get_embeddings_nextn(llama_context *)
-get_embeddings_nextn = _bind("_Z26llama_get_embeddings_nextnP13llama_context", [ctypes.c_void_p], _F32P)
+get_embeddings_nextn = bind("_Z26llama_get_embeddings_nextnP13llama_context", [ctypes.c_void_p], _F32P)
 # float * llama_get_embeddings_nextn_ith(llama_context *, int32_t i)
-get_embeddings_nextn_ith = _bind("_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+get_embeddings_nextn_ith = bind("_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
                                  [ctypes.c_void_p, ctypes.c_int32], _F32P)
 # void llama_set_nextn_layer_offset(llama_context *, int32_t offset)
-set_nextn_layer_offset = _bind("_Z28llama_set_nextn_layer_offsetP13llama_contexti",
+set_nextn_layer_offset = bind("_Z28llama_set_nextn_layer_offsetP13llama_contexti",
                                [ctypes.c_void_p, ctypes.c_int32], None)
 
 BOUND = all(f is not None for f in (set_embeddings_nextn, get_embeddings_nextn, get_embeddings_nextn_ith))
