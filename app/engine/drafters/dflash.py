@@ -28,7 +28,7 @@ draft model does; its output is the target's, whatever the block proposes.
 Not read here: DFlash2 drafters (a selector lattice in place of logits, ``dflash.selector_rank``), refused in one
 line; DSpark's confidence head (its drafts are kept or cut by the same ``p_min`` as every drafter's).
 
-References: llama.cpp ``src/models/dflash.cpp``, ``common/speculative.cpp``; Chen et al. 2026, "DFlash: Block
+References: llama.cpp ``src/models/dflash.cpp``, ``common/speculative.cpp``; z-lab, "DFlash: Block
 Diffusion for Flash Speculative Decoding".
 """
 
