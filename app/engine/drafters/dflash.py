@@ -55,6 +55,7 @@ from app.engine.names import ProposerName
 ARCH = HeadKind.DFLASH.value
 LABEL = "DFlash block"  # how the app names this kind of draft
 DEFAULT_BLOCK = 16  # llama.cpp's driver, where the GGUF names no dflash.block_size
+MAX_BLOCK = 256  # (a block is one batch: n_ubatch at least, non-causal)
 DSPARK_TENSOR = "markov_w1.weight"  # what makes a DFlash GGUF a DSpark one (llama.cpp tells them apart so too)
 
 
@@ -118,6 +119,26 @@ def tensor_names(path: Path | str) -> set[str]:
     return names
 
 
+def drafter_refusal(block: Optional[int], mask: Optional[int], n_vocab: int, selector_rank: int = 0,
+                    dspark: bool = False) -> Optional[str]:
+    """Why Tandem cannot draft with a DFlash file whose header says these (``dflash.block_size``, None where it
+    names none; ``tokenizer.ggml.mask_token_id``, None or negative where none; its vocabulary's size;
+    ``dflash.selector_rank``; whether it holds ``markov_w1.weight``: :func:`tensor_names`), whatever the target;
+    None if it can. The target's side is ``eagle3rows.refusal(..., HeadKind.DFLASH)``. Loading asks both, and so
+    can a check that reads headers alone."""
+    if selector_rank > 0:
+        return ("a DFlash2 drafter (it drafts through a selector lattice, not logits): Tandem reads DFlash and "
+                "DSpark blocks only")
+    if block is None and dspark:  # (llama.cpp's DSpark graph asserts it: the process would stop)
+        return f"a DSpark drafter without {ARCH}.block_size in its metadata"
+    size = block if block is not None else DEFAULT_BLOCK
+    if not 2 <= size <= MAX_BLOCK:
+        return f"its block size ({size}) is outside 2-{MAX_BLOCK}"
+    if mask is None or not 0 <= mask < n_vocab:
+        return "it names no mask token (tokenizer.ggml.mask_token_id), which fills its draft block"
+    return None
+
+
 class DFlashModel(Model):
     """A DFlash (or DSpark) GGUF with a context tied to ``target``'s: its cache holds the target's features, one
     decode drafts a block. ``cached``: the tokens whose features the cache holds (a prefix of the history)."""
@@ -150,18 +171,13 @@ class DFlashModel(Model):
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
         mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE
         self._load_model(mparams)
-        if int(self.meta(f"{ARCH}.selector_rank") or 0) > 0:
-            self._refuse("a DFlash2 drafter (it drafts through a selector lattice, not logits): Tandem reads DFlash "
-                         "and DSpark blocks only")
         block = self.meta(f"{ARCH}.block_size")
-        if block is None and self.dspark:  # (llama.cpp's DSpark graph asserts it: the process would stop)
-            self._refuse(f"a DSpark drafter without {ARCH}.block_size in its metadata")
         self.block = int(block) if block is not None else DEFAULT_BLOCK
-        if not 2 <= self.block <= 256:
-            self._refuse(f"its block size ({self.block}) is outside 2-256")
         self.mask = int(L.llama_vocab_mask(self.vocab))
-        if not 0 <= self.mask < self.n_vocab:
-            self._refuse("it names no mask token (tokenizer.ggml.mask_token_id), which fills its draft block")
+        why = drafter_refusal(None if block is None else self.block, self.mask, self.n_vocab,
+                              int(self.meta(f"{ARCH}.selector_rank") or 0), self.dspark)
+        if why is not None:
+            self._refuse(why)
         layers = eagle3rows.head_layers(self.model)
         n_embd_t = int(L.llama_model_n_embd(t.model))
         why = eagle3rows.refusal(t_arch, int(L.llama_model_n_layer(t.model)), n_embd_t, layers,

@@ -13,7 +13,8 @@ import llama_cpp as L
 import numpy as np
 import pytest
 
-from app.engine.drafters.dflash import DFlashError, DFlashModel, DFlashProposer, is_dflash, tensor_names
+from app.engine.drafters.dflash import (DFlashError, DFlashModel, DFlashProposer, drafter_refusal, is_dflash,
+                                        tensor_names)
 from app.engine.errors import TandemError
 from app.engine.llama.backend import Model
 from app.engine.llama.eagle3rows import LayerRows
@@ -24,6 +25,7 @@ from support.greedy import checked_run
 from support.loopchi2 import assert_pair_keeps_law
 from support.mtpcheck import plain_tokens
 from support.tinydflash import LAYERS, N_EMBD, write_dflash, write_target
+from support.tinymtp import write_qwen35_mtp
 
 PROMPT = "Once upon a time, in a land far away, there was"
 
@@ -44,6 +46,8 @@ def df_files(tmp_path_factory, smol_paths):
         "no_mask": write_dflash(d / "no-mask.gguf", vocab, seed=1, mask=False),
         "spark_no_block": write_dflash(d / "spark-no-block.gguf", vocab, seed=1, dspark=True, block=None),
         "dflash2": write_dflash(d / "dflash2.gguf", vocab, seed=1, selector_rank=8),
+        "qwen35": write_qwen35_mtp(d / "qwen35.gguf", vocab, seed=1),
+        "qwen35_head": write_dflash(d / "qwen35-head.gguf", vocab, seed=1, layers=(0, 1)),
     }
 
 
@@ -238,3 +242,29 @@ def test_dflash_unloaded_turns_the_rows_off(df_files):
         assert pair.target.hidden is None
         prompt = pair.target.tokenize(PROMPT)
         assert checked_run(pair.target, prompt, GenConfig(max_tokens=8, speculative=False))[0]
+
+
+def test_dflash_drafter_refusal_reads_header_figures_alone():
+    """The drafter's own refusals need nothing but its header (what ``models check`` reads): the same words as
+    loading gives."""
+    assert drafter_refusal(16, 5, 100) is None and drafter_refusal(None, 5, 100) is None  # (16, llama.cpp's)
+    assert "a DFlash2 drafter" in drafter_refusal(16, 5, 100, selector_rank=8)
+    assert "a DSpark drafter without dflash.block_size" in drafter_refusal(None, 5, 100, dspark=True)
+    assert drafter_refusal(4, 5, 100, dspark=True) is None
+    assert all("no mask token" in drafter_refusal(16, m, 100) for m in (None, -1, 100))
+    assert "block size (1) is outside 2-256" in drafter_refusal(1, 5, 100)
+
+
+def test_dflash_refused_beside_mtp_rows_and_drafts_for_a_hybrid_target(df_files):
+    """The target keeps one kind of rows: a DFlash drafter is refused beside the MTP rows a target keeps for its
+    own head; loaded without them, a hybrid target (its rollbacks go through state snapshots) gets the drafter,
+    and the output is its own."""
+    with pytest.raises(DFlashError, match="keeps other rows"):
+        Pair.load(df_files["qwen35"], df_files["qwen35_head"], load_options(n_ctx=256))
+    with Pair.load(df_files["qwen35"], df_files["qwen35_head"], load_options(n_ctx=256, load_mtp=False)) as hybrid:
+        prompt = hybrid.target.tokenize(PROMPT)
+        plain = plain_tokens(hybrid.target, prompt, 24)
+        hybrid.reset()
+        cfg = GenConfig(max_tokens=24, k=3, proposer="draft")
+        out, stats = checked_run(hybrid.target, prompt, cfg, hybrid.proposer(cfg))
+        assert out == plain and stats.drafted > 0
