@@ -212,6 +212,13 @@ def test_dflash_sampling_keeps_the_target_distribution(df_pair, df_fresh):
     assert_pair_keeps_law(df_pair, df_fresh, df_pair.target.tokenize(PROMPT), "draft")
 
 
+def test_dspark_sampling_keeps_the_target_distribution(df_files, df_fresh):
+    """The same for DSpark: its slots follow the Markov head's greedy chain, not the tokens drawn, and each is a
+    distribution of the context alone, so drawing from it and judging against it keeps the target's law."""
+    with Pair.load(df_files["target"], df_files["spark"], load_options(n_ctx=1024)) as pair:
+        assert_pair_keeps_law(pair, df_fresh, pair.target.tokenize(PROMPT), "draft")
+
+
 def test_dflash_refuses_a_target_that_records_no_layer_rows(df_files, gemma_paths):
     """A Gemma-3 target's graph hands llama.cpp no layer inputs (turned on, its first decode would stop the
     process: tests/engine/llama/test_eagle3rows.py): refused in one line before anything is turned on, and
