@@ -176,6 +176,8 @@ class DFlashModel(Model):
         self.mask = int(L.llama_vocab_mask(self.vocab))
         why = drafter_refusal(None if block is None else self.block, self.mask, self.n_vocab,
                               int(self.meta(f"{ARCH}.selector_rank") or 0), self.dspark)
+        if why is None and self.mask >= t.n_vocab:  # (its embedding is looked up in the target's table)
+            why = f"its mask token ({self.mask}) is past the target's vocabulary of {t.n_vocab}"
         if why is not None:
             self._refuse(why)
         layers = eagle3rows.head_layers(self.model)

@@ -275,3 +275,18 @@ def test_dflash_refused_beside_mtp_rows_and_drafts_for_a_hybrid_target(df_files)
         cfg = GenConfig(max_tokens=24, k=3, proposer="draft")
         out, stats = checked_run(hybrid.target, prompt, cfg, hybrid.proposer(cfg))
         assert out == plain and stats.drafted > 0
+
+
+def test_dflash_times_a_block_and_leaves_its_cache(df_pair):
+    """Auto K re-measures a paused drafter's cost without drafting (``time_tokens``): one block's time whatever K,
+    the cache as it was (the target's features, no block)."""
+    target, head = df_pair.target, df_pair.draft
+    df_pair.reset()
+    prompt = target.tokenize(PROMPT)
+    target.sync(prompt[:-1], need_logits=False)
+    head.sync(prompt[:-1], need_logits=False)
+    before = (list(head.cached), L.llama_memory_seq_pos_max(head.mem, 0))
+    assert before[1] == len(prompt) - 2
+    spec = df_pair.proposer(GenConfig(proposer="draft", k=3))
+    assert spec.time_tokens(prompt, 3) > 0 and spec.time_tokens(prompt, 0) == 0.0
+    assert (list(head.cached), L.llama_memory_seq_pos_max(head.mem, 0)) == before
