@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional, Union
 
 from app.engine.decoding.logprobs import TokenLogprob
+from app.engine.decoding.tree import TreeNode
 from app.engine.names import StrEnum
 from app.engine.summary import Summary
 
@@ -73,6 +74,9 @@ class StepEvent:
     wake: bool = False  # paused: ``t_draft`` timed draft tokens that were not proposed (re-measures the draft's cost)
     free_probe: bool = False  # paused: this probe verified a free proposal (prompt lookup): the verify cost
     lookup_earlier: int = 0  # of ``lookup_accepted``, those copied from an earlier request's text (not this one's)
+    tree: int = 0  # of ``drafted``: a tree draft's branch tokens beside its chain (``decoding/tree.py``)
+    branch_hit: bool = False  # the path the target kept went through a branch (``accepted``: the path's length)
+    branches: tuple[TreeNode, ...] = ()  # a tree step's nodes, for display
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ from app.engine.drafters.protocol import Draft, Proposer, end_of_reply
 from app.engine.names import AUTO_K, LOOKUP_MEMORIES, PROPOSERS, RULES, LookupMemory, ProposerName, Rule
 from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token, make_rng, recent_window
 from app.engine.stats import Stats, Summary
-from app.engine.target import Target
+from app.engine.target import Target, TreePasses
 from app.engine.decoding.text import Utf8Stream
+from app.engine.decoding.tree import TreeStep, chain_tree, judge_tree
+from app.engine.llama.treekv import TreeError
 from app.engine.decoding.verify import greedy_accept, rejection_sample, sample_and_match
 
 # Defaults measured on the demo pair (2-core CPU, 256 tokens, T=0); see docs/drafters.md, "Choosing K".
@@ -83,6 +85,8 @@ class GenConfig:
         if self.lookup_memory not in LOOKUP_MEMORIES:
             raise limits.LimitError(f"lookup_memory must be one of {', '.join(LOOKUP_MEMORIES)}, not "
                                     f"{limits.shown(self.lookup_memory)}", param="lookup_memory")
+        if self.grammar is not None and self.proposer == ProposerName.TREE:
+            raise limits.LimitError("tree drafts do not combine with a grammar, a schema or tools", param="proposer")
         if self.grammar is not None and (self.ignore_eos or self.min_tokens):
             raise limits.LimitError("ignore_eos and min_tokens cannot be combined with a grammar, a JSON schema or "
                                     "tools: the grammar decides where the reply ends", param="ignore_eos"
@@ -164,7 +168,7 @@ def generate(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Op
             break
         k, source, draft = gen.draft(room)
         n, nxt, logits, t_verify = gen.verify(draft)
-        events = gen.emit(draft, n, nxt, logits)
+        events = gen.emit(gen.shown(draft), n, nxt, logits)
         step_ev = gen.report(k, source, draft, n, len(events), t_verify, t_step)
         gen.text.extend(e.text for e in events)
         yield from events
@@ -198,6 +202,7 @@ class _Run:
     reason: Optional[StopReason] = None
     end: Optional[int] = None  # the end-of-generation token the target chose, if it ended so
     eog: Optional[list[int]] = None  # the vocabulary's end-of-generation tokens, read when first masked
+    walked: Optional[TreeStep] = None  # this step's tree and the path its pass kept (None: a chain)
 
     @classmethod
     def start(cls, target: Target, prompt: Sequence[int], cfg: GenConfig, spec: Optional[Proposer],
@@ -212,6 +217,8 @@ class _Run:
         if spec is not None and target.recurrent and not reach:
             raise RollbackError(f"{target.path.name} has recurrent/hybrid memory of an architecture whose state "
                                 "llama.cpp cannot roll back; turn speculation off for this model")
+        if spec is not None and spec.name == ProposerName.TREE and target.tree is None:
+            raise TreeError(f"{target.path.name} cannot verify tree drafts: {target.tree_refusal}")
         rng = make_rng(cfg.sampler)
         sample_draft = not cfg.sampler.greedy and cfg.rule in (Rule.REJECTION, Rule.COUPLED)
         track = GrammarTrack(compile_grammar(target, cfg.grammar)) if cfg.grammar is not None else None
@@ -257,9 +264,12 @@ class _Run:
 
     def verify(self, draft: Draft) -> tuple[int, int, np.ndarray, float]:
         """The target's pass over ``[last] + draft``, judged and rolled back past the rejected tokens: (accepted
-        count, next token, the pass's logits, its seconds)."""
+        count, next token, the pass's logits, its seconds). A tree draft: :meth:`verify_tree`."""
         target, cfg, track = self.target, self.cfg, self.track
         t_pass = time.perf_counter()
+        self.walked = None
+        if draft.siblings and target.tree is not None:
+            return self.verify_tree(draft, target.tree, t_pass)
         batch = [self.tokens[-1]] + draft.tokens
         logits = self.no_end(target.decode(batch, range(len(batch))))
         plain_argmax = cfg.sampler.greedy and cfg.sampler.repeat_penalty == 1.0
@@ -270,18 +280,38 @@ class _Run:
         target.rollback(len(self.tokens) + n)
         return n, nxt, logits, time.perf_counter() - t_pass
 
-    def no_end(self, logits: np.ndarray) -> np.ndarray:
+    def verify_tree(self, draft: Draft, passes: TreePasses, t_pass: float) -> tuple[int, int, np.ndarray, float]:
+        """:meth:`verify` of a tree (a chain and its siblings, ``decoding/tree.py``); the kept path: :attr:`walked`."""
+        tree = chain_tree(draft.tokens, draft.q, draft.siblings)
+        batch = [self.tokens[-1]] + tree.tokens
+        depths = [0] + [tree.depth(v) for v in range(len(tree))]
+        logits = self.no_end(passes.decode(batch, [-1] + [p + 1 for p in tree.parents]), depths)
+        walk = judge_tree(logits, tree, self.tokens, self.cfg.sampler, Rule(self.cfg.rule), self.rng, self.noise)
+        passes.keep(batch, [v + 1 for v in walk.path])
+        self.walked = TreeStep(tree, walk, len(draft.tokens))
+        rows = np.array(logits[[0] + [v + 1 for v in walk.path]], copy=True)
+        return len(walk.path), walk.token, rows, time.perf_counter() - t_pass
+
+    def no_end(self, logits: np.ndarray, depths: Optional[Sequence[int]] = None) -> np.ndarray:
         """``logits`` with the end-of-generation tokens at -inf in the rows that must not end the reply
         (``ignore_eos``: all of them; ``min_tokens``: those before it), so every rule at every temperature, and
-        the draft's verification, treat them as impossible."""
-        rows = len(logits) if self.cfg.ignore_eos else min(len(logits), self.cfg.min_tokens - self.emitted)
-        if rows <= 0:
+        the draft's verification, treat them as impossible. ``depths``: a tree pass's rows' (a chain's: 0, 1, ...)."""
+        limit = len(logits) if self.cfg.ignore_eos else self.cfg.min_tokens - self.emitted
+        rows = [i for i, d in enumerate(range(len(logits)) if depths is None else depths) if d < limit]
+        if not rows:
             return logits
         if self.eog is None:
             self.eog = [t for t in range(logits.shape[1]) if self.target.is_eog(t)]
         logits = np.array(logits, copy=True)
-        logits[np.ix_(range(rows), self.eog)] = -np.inf
+        logits[np.ix_(rows, self.eog)] = -np.inf
         return logits
+
+    def shown(self, draft: Draft) -> Draft:
+        """The draft as :meth:`emit` reads it: a tree's kept path and the child turned down after it, if any."""
+        if self.walked is None:
+            return draft
+        tokens, probs = self.walked.shown(draft.probs + [s.prob for s in draft.siblings])
+        return Draft(tokens=tokens, probs=probs, seconds=draft.seconds)
 
     def emit(self, draft: Draft, n: int, nxt: int, logits: np.ndarray) -> list[TokenEvent]:
         """The pass's tokens (the ``n`` kept, then ``nxt``) as events, up to an end of generation or the budget."""
@@ -317,14 +347,19 @@ class _Run:
         woke = spec is not None and k == 0 and bool(length.wake)  # (as ``draft`` read it: the update moves on)
         free_probe = source is not None and source is self.free and bool(draft.tokens)
         mixed = self.mixes and source is spec  # lookup's tokens (before or after the model's) are free for the controller
-        length.update(len(draft.tokens), n, draft.seconds, t_verify, draft.synced, t_sync=draft.t_sync,
-                      free=draft.lookup if mixed else 0, tail=draft.tail if mixed else 0)
-        step_ev = StepEvent(step=self.step, drafted=len(draft.tokens), accepted=n, emitted=emitted,
+        tree = self.walked or TreeStep()
+        if self.walked is not None and length.auto and length.measured():  # what a branch brings, and costs
+            length.branches.learn(tree.offered, tree.hit, t_verify - length.verify()(len(tree.tree) + 1))
+        length.update(len(draft.tokens), min(n, tree.chain_kept), draft.seconds, t_verify, draft.synced,
+                      t_sync=draft.t_sync, free=draft.lookup if mixed else 0, tail=draft.tail if mixed else 0,
+                      extra=tree.offered)
+        step_ev = StepEvent(step=self.step, drafted=len(draft.tokens) + tree.offered, accepted=n, emitted=emitted,
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
                             paused=paused, probe=probe, limit=why, lookup=draft.lookup + draft.tail,
                             lookup_accepted=draft.lookup_kept(n), t_sync=draft.t_sync, wake=woke,
                             lookup_earlier=draft.earlier_kept(n),
-                            free_probe=free_probe)
+                            free_probe=free_probe, tree=tree.offered, branch_hit=tree.hit is not None,
+                            branches=tree.nodes(self.target.piece) if tree.offered else ())
         self.stats.add(step_ev)
         self.step += 1
         return step_ev
@@ -340,13 +375,13 @@ class _Run:
 
 
 def _cut(draft: Draft, n: int) -> Draft:
-    """The draft's first ``n`` tokens (those a grammar allows, those up to an end of generation)."""
+    """The draft's first ``n`` tokens (those a grammar allows, those up to an end of generation), their siblings."""
     if n == len(draft.tokens):
         return draft
     return Draft(tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],
                  seconds=draft.seconds, synced=draft.synced, t_sync=draft.t_sync, lookup=min(draft.lookup, n),
                  tail=max(0, draft.tail - (len(draft.tokens) - n)), earlier_head=draft.earlier_head,
-                 earlier_tail=draft.earlier_tail)
+                 earlier_tail=draft.earlier_tail, siblings=[s for s in draft.siblings if s.pos < n])
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,

@@ -32,6 +32,8 @@ from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.lookup import PromptLookupProposer
 from app.engine.drafters.protocol import Proposer
 from app.engine.drafters.suffix import SuffixIndex
+from app.engine.drafters.tree import TreeProposer
+from app.engine.llama.treekv import TreeError
 from app.engine.decoding.text import TemplateError, message_pieces, render_chat
 
 
@@ -99,7 +101,7 @@ class Pair:
             else "a DFlash drafter (it drafts from the target's layer rows)" if isinstance(draft, DFlashModel)
             else "a target of another kind" if not isinstance(self.target, Model) else share_reason(self.target, draft))
         self.kv_share = KvShare(self.target, draft) if draft is not None and self.kv_share_reason is None else None
-        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in (ProposerName.DRAFT, ProposerName.AUTO)}  # other costs
+        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in (ProposerName.DRAFT, ProposerName.AUTO, ProposerName.TREE)}  # other costs
         return old
 
     def proposer_kind(self, cfg: GenConfig) -> str:
@@ -117,6 +119,11 @@ class Pair:
             return MtpProposer(self.mtp_head(), p_min=p_min)
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
+        if kind == ProposerName.TREE:  # the draft model's chain with branches (drafters/tree.py)
+            if self.draft_kind != "draft model":
+                raise TreeError(f"tree drafts need a draft model of its own; the {self.draft_kind} drafts chains only")
+            return TreeProposer(DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share,
+                                                   costs=self.read_costs.of(self.draft, in_use(self.kv_share))))
         model: DraftModelProposer
         if isinstance(self.draft, DFlashModel):
             model = DFlashProposer(self.draft, p_min=p_min, costs=self.read_costs.of(self.draft))
@@ -246,7 +253,7 @@ class Pair:
         t.sync(prompt[:-1], need_logits=False)
         draft = self.draft
         if (cfg is None or not cfg.speculative or draft is None or isinstance(draft, AssistantModel)
-                or self.proposer_kind(cfg) not in (ProposerName.DRAFT, ProposerName.AUTO)):
+                or self.proposer_kind(cfg) not in (ProposerName.DRAFT, ProposerName.AUTO, ProposerName.TREE)):
             return
         if self.kv_share is not None:
             self.kv_share.offer(prompt[:-1], need_logits=False)

@@ -64,6 +64,10 @@ class Stats:
     lookup_accepted: int = 0  # of ``accepted``: lookup's
     lookup_earlier: int = 0  # of ``lookup_accepted``: copied from an earlier request's text
     t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had skipped
+    tree_steps: int = 0  # passes that verified a tree draft
+    tree_tokens: int = 0  # of ``drafted``: the branch tokens of those trees
+    tree_accepted: int = 0  # of ``accepted``: what those passes kept
+    branch_hits: int = 0  # tree passes that kept a branch
     t_first: Optional[float] = None  # clock reading when decoding began (from the first ``add(ev, now)``)
     t_last: Optional[float] = None  # clock reading of the latest ``add(ev, now)``
 
@@ -87,6 +91,11 @@ class Stats:
         self.lookup_accepted += ev.lookup_accepted
         self.lookup_earlier += ev.lookup_earlier
         self.t_sync += ev.t_sync
+        if ev.tree:
+            self.tree_steps += 1
+            self.tree_tokens += ev.tree
+            self.tree_accepted += ev.accepted
+            self.branch_hits += ev.branch_hit
         if ev.paused and ev.limit:
             self.limit = ev.limit  # live: why the latest pause happened
         if ev.drafted:
@@ -149,7 +158,9 @@ class Stats:
             tokens_per_s=tps, t_draft=self.t_draft, t_verify=self.t_verify, t_total=t_total,
             baseline_tps=baseline_tps, speedup=speedup, paused_steps=self.paused_steps,
             probe_steps=self.probe_steps, limit=self.limit, lookup_drafted=self.lookup_drafted,
-            lookup_accepted=self.lookup_accepted, lookup_earlier=self.lookup_earlier, t_sync=self.t_sync)
+            lookup_accepted=self.lookup_accepted, lookup_earlier=self.lookup_earlier, t_sync=self.t_sync,
+            tree_steps=self.tree_steps, tree_tokens=self.tree_tokens, tree_accepted=self.tree_accepted,
+            branch_hits=self.branch_hits)
         c, v, bound = costs(out, baseline_tps)
         return replace(out, c=c, v=v, bound=bound, efficiency=speedup / bound if speedup and bound else None)
 
@@ -171,7 +182,8 @@ def pool(summaries: Sequence[Summary]) -> Summary:
         histogram=_sum_lists(s.histogram for s in summaries), paused_steps=total("paused_steps"),
         probe_steps=total("probe_steps"), limit=next((s.limit for s in reversed(summaries) if s.limit), None),
         lookup_drafted=total("lookup_drafted"), lookup_accepted=total("lookup_accepted"), t_sync=total("t_sync"),
-        lookup_earlier=total("lookup_earlier"),
+        lookup_earlier=total("lookup_earlier"), tree_steps=total("tree_steps"), tree_tokens=total("tree_tokens"),
+        tree_accepted=total("tree_accepted"), branch_hits=total("branch_hits"),
     ).summary()
 
 

@@ -48,6 +48,10 @@ class Summary:
     lookup_accepted: int = 0  # of ``accepted``: lookup's
     t_sync: float = 0.0  # of ``t_draft``: the draft model catching up on history it had skipped (a one-off)
     lookup_earlier: int = 0  # of ``lookup_accepted``: copied from an earlier request's text (not this request's)
+    tree_steps: int = 0  # passes that verified a tree draft (the chain and branches beside it)
+    tree_tokens: int = 0  # of ``drafted``: the branch tokens of those trees
+    tree_accepted: int = 0  # of ``accepted``: the paths those passes kept, in tokens
+    branch_hits: int = 0  # tree passes whose kept path went through a branch
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +68,11 @@ class Summary:
     def lookup_share(self) -> Optional[float]:
         """The share of accepted draft tokens that prompt lookup proposed (None if none was accepted)."""
         return self.lookup_accepted / self.accepted if self.accepted else None
+
+    @property
+    def mean_path(self) -> Optional[float]:
+        """Draft tokens a tree pass kept, on average (None without tree passes)."""
+        return self.tree_accepted / self.tree_steps if self.tree_steps else None
 
     @property
     def paused_share(self) -> Optional[float]:

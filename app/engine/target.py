@@ -13,6 +13,16 @@ from typing import Any, Optional, Protocol, Sequence
 import numpy as np
 
 
+class TreePasses(Protocol):
+    """A target's tree passes (``llama/treekv.py``)."""
+
+    def decode(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Append the tree ``tokens`` (index 0: the pending token; ``parents`` by index) in one pass; every row."""
+
+    def keep(self, tokens: Sequence[int], path: Sequence[int]) -> None:
+        """Keep the root and the nodes ``path`` (indices, the root's child first) of the last tree pass."""
+
+
 class Target(Protocol):
     n_ctx: int  # tokens the context (KV cache) holds
     path: Path  # the model file (its name appears in errors)
@@ -21,6 +31,11 @@ class Target(Protocol):
     # snapshots (none)
     rollback_limit: Optional[int]
     vocab: Any  # llama.cpp's vocabulary handle, which a grammar compiles against; None for a target without one
+    tree_refusal: Optional[str]  # why the target verifies no trees (None: it does, through ``tree``)
+
+    @property
+    def tree(self) -> Optional[TreePasses]:
+        """Its tree passes (None: it verifies chains only)."""
 
     def sync(self, tokens: Sequence[int], need_logits: bool = True) -> Optional[np.ndarray]:
         """Make the cache hold exactly ``tokens`` (keeping the common prefix)."""

@@ -16,6 +16,7 @@ from app.engine.events import (ACCEPTED, BONUS, CORRECTED, LOOKUP, MODEL, PLAIN,
 from app.engine.loop import GenConfig, generate
 from app.engine.drafters.lookup import PromptLookupProposer
 from app.engine.drafters.protocol import Draft, ProposerBase
+from app.engine.decoding.tree import Sibling
 from app.engine.decoding.grammar import GrammarSpec
 from app.engine.decoding.sampling import SamplerSettings
 
@@ -215,7 +216,7 @@ class ResumingLength:
     def worth_reading(self, seconds: float, tokens: int) -> bool:
         return True
 
-    def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0, free=0, tail=0) -> None:
+    def update(self, drafted, accepted, t_draft, t_verify, synced, t_sync=0.0, free=0, tail=0, extra=0) -> None:
         self.paused, self.k = False, 4
 
     def limit(self):
@@ -277,3 +278,48 @@ def test_a_paused_draft_neither_reads_nor_retests_a_long_prompt_that_the_reply_c
         assert proposer.warmed is reads and steps[0].probe is reads, per_token
         if not reads:  # (a load change may bring a free probe: prompt lookup, which reads nothing)
             assert all(s.drafted == s.lookup and (s.paused or s.probe) for s in steps)
+
+
+class BranchingProposer(ScriptedProposer):
+    """Drafts the fake's continuation wrong at position ``wrong`` and offers the right token there as a branch."""
+
+    def __init__(self, vocab: int, wrong: int):
+        super().__init__(vocab, {s: wrong for s in range(1000)})
+        self.at = wrong
+
+    def propose(self, history, k, sampler, rng, sample) -> Draft:
+        draft = super().propose(history, k, sampler, rng, sample)
+        if self.at < len(draft.tokens):
+            draft.siblings = [Sibling(self.at, (history[-1] + self.at + 1) % self.vocab, None, 0.25)]
+        return draft
+
+
+def test_a_branch_the_target_takes_is_kept_and_the_cache_holds_its_path():
+    target = FakeTarget(n_ctx=256)
+    evs = events(target, GenConfig(max_tokens=20, sampler=GREEDY, k=4), BranchingProposer(64, wrong=2))
+    steps = [e for e in evs if isinstance(e, StepEvent)]
+    assert all(s.tree == 1 and s.branch_hit and s.accepted == 3 and s.emitted == 4 for s in steps)
+    done = done_of(evs)
+    assert list(done.tokens) == [(3 + i + 1) % 64 for i in range(20)]  # the fake's own continuation
+    assert target.cached == PROMPT + list(done.tokens)[:-1] and target.tree.trees == len(steps)
+    kinds = [e.kind for e in evs if isinstance(e, TokenEvent) and e.step == 0]
+    assert kinds == ["accepted"] * 3 + ["bonus"]  # two chain tokens, the branch, the token after it
+    assert [n.kept for n in steps[0].branches] == [True, True, False, False, True]
+    assert done.stats.branch_hits == len(steps) and done.stats.tree_tokens == len(steps)
+
+
+def test_a_branch_the_target_turns_down_leaves_the_chains_correction():
+    target = FakeTarget(n_ctx=256)
+
+    class WrongBranch(BranchingProposer):
+        def propose(self, history, k, sampler, rng, sample) -> Draft:
+            draft = super().propose(history, k, sampler, rng, sample)
+            draft.siblings = [Sibling(s.pos, (s.token + 3) % self.vocab) for s in draft.siblings]
+            return draft
+
+    evs = events(target, GenConfig(max_tokens=9, sampler=GREEDY, k=4), WrongBranch(64, wrong=2))
+    step = next(e for e in evs if isinstance(e, StepEvent))
+    assert (step.accepted, step.emitted, step.branch_hit, step.drafted) == (2, 3, False, 5)
+    first = [e for e in evs if isinstance(e, TokenEvent) and e.step == 0]
+    assert first[-1].kind == "corrected" and first[-1].draft_token == (3 + 3 + 7) % 64
+    assert target.cached == PROMPT + list(done_of(evs).tokens)[:-1]

@@ -14,7 +14,7 @@ class ScriptedCosts(DraftLength):
     """The real controller, fed scripted timings instead of the machine's (so what it decides does not depend
     on the load of the test machine): verifying n tokens costs n steps, a draft token half a step."""
 
-    def update(self, drafted, accepted, t_draft, t_verify, synced=1, t_sync=0.0, free=0, tail=0):
+    def update(self, drafted, accepted, t_draft, t_verify, synced=1, t_sync=0.0, free=0, tail=0, extra=0):
         super().update(drafted, accepted, 0.03 * (drafted - free), 0.06 * (drafted + 1), synced, free=free)
 
 

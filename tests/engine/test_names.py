@@ -11,7 +11,7 @@ from app.engine.names import AUTO_K, PROPOSERS, RULES, AutoK, ProposerName, Rule
 
 
 def test_members_are_their_words():
-    assert PROPOSERS == ("auto", "draft", "lookup", "mtp") and RULES == ("rejection", "match", "coupled")
+    assert PROPOSERS == ("auto", "draft", "lookup", "mtp", "tree") and RULES == ("rejection", "match", "coupled")
     for enum in (ProposerName, Rule, AutoK):
         for member in enum:
             word = member.value

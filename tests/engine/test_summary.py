@@ -20,6 +20,7 @@ SUMMARY = {  # Stats.summary(8.0) of STEPS as the untyped implementation returne
     # added since, after the old keys: which drafter (two drafters at once) and the MTP head's sync time
     "lookup_drafted": 0, "lookup_accepted": 0, "t_sync": 0.0,
     "lookup_earlier": 0,  # … and how many of lookup's tokens came from an earlier request's text
+    "tree_steps": 0, "tree_tokens": 0, "tree_accepted": 0, "branch_hits": 0,  # tree drafts (decoding/tree.py)
 }
 
 
@@ -35,7 +36,8 @@ def test_an_empty_summary_is_an_empty_generations():
     assert empty == Stats().summary() and list(empty.to_dict()) == list(SUMMARY)
     assert empty.to_dict() == {**{k: 0 for k in ("tokens", "steps", "drafted", "accepted", "rejections", "spec_steps",
                                                  "paused_steps", "probe_steps", "lookup_drafted", "lookup_accepted",
-                                                 "lookup_earlier")},
+                                                 "lookup_earlier", "tree_steps", "tree_tokens", "tree_accepted",
+                                                 "branch_hits")},
                                **{k: 0.0 for k in ("acceptance_rate", "mean_accepted", "alpha", "mean_k",
                                                    "t_verify_spec", "tokens_per_s", "t_draft", "t_verify", "t_total",
                                                    "t_sync")},

@@ -22,6 +22,8 @@ class FakeTarget:
         self.rollback_limit: Optional[int] = None  # a KV cache: any suffix may be dropped
         self.cached: list[int] = []
         self.passes = 0
+        self.tree: Optional[FakeTreePasses] = FakeTreePasses(self)  # tree drafts: rows by token, as ``decode``'s
+        self.tree_refusal: Optional[str] = None
 
     def next_token(self, token: int) -> int:
         return (token + 1) % self.n_vocab
@@ -66,3 +68,33 @@ class FakeTarget:
 
     def piece(self, token: int, special: bool = False) -> bytes:
         return f"<{token}>".encode()
+
+
+class FakeTreePasses:
+    """The fake's tree passes (``Target.tree``): a row depends on its token alone, so a tree's rows are its tokens'
+    rows; the cache keeps the main chain (every node's first child) until ``keep`` keeps a path."""
+
+    def __init__(self, target: FakeTarget):
+        self.target = target
+        self.base = 0
+        self.trees = 0  # tree passes run
+
+    def decode(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        t = self.target
+        depth = [0] * len(tokens)
+        for i in range(1, len(tokens)):
+            depth[i] = depth[parents[i]] + 1
+        if len(t.cached) + max(depth) + 1 > t.n_ctx:
+            raise ContextFullError(f"a tree of depth {max(depth)} exceeds the context of {t.n_ctx}")
+        self.base, self.trees = len(t.cached), self.trees + 1
+        t.passes += 1
+        chain, node = [0], 0
+        while (kids := [i for i in range(1, len(tokens)) if parents[i] == node]):
+            node = kids[0]
+            chain.append(node)
+        t.cached.extend(tokens[i] for i in chain)
+        return np.stack([t._row(tok) for tok in tokens])
+
+    def keep(self, tokens: Sequence[int], path: Sequence[int]) -> None:
+        del self.target.cached[self.base:]
+        self.target.cached.extend(tokens[v] for v in [0] + list(path))

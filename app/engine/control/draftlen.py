@@ -50,6 +50,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Optional, Union
 
+from app.engine.control.branches import BranchBook
 from app.engine.control.costs import BUSY, CostModel
 from app.engine.control.verifycost import VerifyCost
 from app.engine.names import AUTO_K, StrEnum
@@ -102,8 +103,7 @@ class DraftLength:
         self.auto = k == AUTO_K
         self.k_max = max(1, k_max if self.auto else int(k))
         self.k = 0 if self.auto else int(k)  # a fresh auto controller measures a plain step first
-        self.accepted = PRIOR_ALPHA * PRIOR_TRIALS
-        self.trials = PRIOR_TRIALS
+        self.accepted, self.trials = PRIOR_ALPHA * PRIOR_TRIALS, PRIOR_TRIALS
         self.costs = CostModel(self.k_max + 1)
         self.phase = Phase.DRAFTING
         self.gap, self.since_probe = GAP_MIN, 0
@@ -114,6 +114,7 @@ class DraftLength:
         self._debt = self._paused_time = 0.0  # what probes cost beyond plain steps; the paused steps' time
         self._limit: Optional[str] = None  # the words for the current pause (recomputed when it changes)
         self.held: Optional[str] = None  # this step is plain: the draft's reading would cost more than it saves
+        self.branches = BranchBook()  # what tree drafts showed, and the siblings they may add (branches.py)
 
     # --- the phase, as the loop and the drafters read it ------------------------------------------------
 
@@ -237,16 +238,16 @@ class DraftLength:
     # --- choosing ---------------------------------------------------------------------------------------
 
     def update(self, drafted: int, accepted: int, t_draft: float, t_verify: float, synced: int = 1,
-               t_sync: float = 0.0, free: int = 0, tail: int = 0) -> None:
-        """Record one step (``drafted`` tokens proposed, ``accepted`` kept; ``t_sync`` of ``t_draft``: the
-        draft catching up on ``synced`` history tokens first) and choose the next K. A step that timed
-        :attr:`wake` draft tokens reports their seconds as ``t_draft`` with ``drafted`` = 0. ``free``: the
-        first ``free`` drafted tokens came from another drafter (prompt lookup, ``duo.py``): the pass teaches
-        the verify cost, but only the tokens after them the draft's acceptance and cost; ``tail``: so did the
-        last ``tail`` (lookup took over from the draft model): kept or not, they say nothing of the draft's."""
+               t_sync: float = 0.0, free: int = 0, tail: int = 0, extra: int = 0) -> None:
+        """Record one step (``drafted`` tokens proposed, ``accepted`` kept; ``t_sync`` of ``t_draft``: the draft
+        catching up on ``synced`` history tokens first; ``extra``: a tree's branch tokens, also verified) and choose
+        the next K. A step that timed :attr:`wake` draft tokens reports their seconds as ``t_draft``, ``drafted`` =
+        0. ``free``: the first ``free`` drafted tokens came from another drafter (lookup, ``duo.py``): the pass
+        teaches the verify cost, only the tokens after them the draft's acceptance and cost; ``tail``: so did the
+        last ``tail`` (lookup took over): kept or not, they say nothing of the draft's."""
         if not self.auto:
             return
-        n = drafted + 1
+        n = drafted + 1 + extra
         drafted, accepted = drafted - tail, min(accepted, drafted - tail)
         drafted, accepted = drafted - free, (accepted - free if accepted >= free else -1)
         if accepted < 0:  # a free token was rejected: the draft's tokens were never judged

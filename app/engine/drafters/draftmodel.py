@@ -26,6 +26,9 @@ class DraftModelProposer(ProposerBase):
 
     name: str = ProposerName.DRAFT
     couples = True  # given the coupled rule's noise, it samples by Gumbel-max with it (coupled.py)
+    # told of each drafted token (position, token, the draft's top probability, q where sampled else the logits,
+    # the penalty's recent tokens) before the next is drafted: a tree drafter's siblings (tree.py)
+    spare: Optional[Callable[[int, int, float, np.ndarray, Sequence[int]], None]] = None
 
     def __init__(self, model: DraftSource, p_min: float = 0.0, share: Optional[KvShare] = None,
                  costs: Optional[ReadCosts] = None):
@@ -59,7 +62,7 @@ class DraftModelProposer(ProposerBase):
         """Up to ``k`` tokens drafted one by one, ending after an end-of-generation token. ``handoff``: asked
         after each drafted token (with those drafted so far) for tokens that should follow them instead of more
         drafting (prompt lookup taking over, duo.py), up to ``reach`` tokens in all; the first non-empty answer
-        ends the draft with them."""
+        ends the draft with them. :attr:`spare`, where set, is told of each drafted token."""
         t0 = time.perf_counter()
         draft = Draft(q=[] if sample else None)
         room = self.model.n_ctx - len(history) - 1
@@ -86,6 +89,8 @@ class DraftModelProposer(ProposerBase):
             draft.probs.append(p_x)
             if sample:
                 draft.q.append(q)
+            if self.spare is not None:
+                self.spare(j, x, top, q if sample else logits, recent)
             if recent:
                 recent.append(x)
             if self.model.is_eog(x):  # (None from an MTP head, which has no vocabulary: the loop cuts there)

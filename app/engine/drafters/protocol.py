@@ -32,6 +32,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from app.engine.control.draftlen import DraftLength
+from app.engine.decoding.tree import Sibling
 from app.engine.decoding.sampling import SamplerSettings
 
 
@@ -49,6 +50,7 @@ class Draft:
     # (a copy never crosses a request's end, so each part has one source)
     earlier_head: bool = False
     earlier_tail: bool = False
+    siblings: list[Sibling] = field(default_factory=list)  # a tree drafter's alternatives to tokens (tree.py)
 
     def from_lookup(self, i: int) -> bool:
         """Whether token ``i`` came from prompt lookup."""

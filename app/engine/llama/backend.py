@@ -22,6 +22,8 @@ from app.engine.llama.lifetime import Closable
 from app.engine.llama.llamalog import quiet_logs, recorded_log
 from app.engine.llama.memory import DEFAULT_RS_SNAPSHOTS, RecurrentMemory, recurrent_rollback
 from app.engine.llama.placement import Placement, parse as parse_placement
+from app.engine.llama.prefix import common_prefix  # (callers import it from here too)
+from app.engine.llama.treekv import TREE_SEQS, TreeKv, tree_params
 from app.engine.llama.vocab import VOCAB_TYPES, FimTokens, VocabInfo, fim_tokens
 
 
@@ -63,6 +65,7 @@ class LoadOptions:
     tensor_split: tuple[float, ...] = ()  # share of the offloaded layers per device, llama.cpp's order
     rs_snapshots: int = DEFAULT_RS_SNAPSHOTS  # recurrent-state snapshots for rollback (archs that have them)
     load_mtp: bool = True  # load the MTP (NextN) layers a GGUF carries, and keep the rows they draft from
+    tree_seqs: int = TREE_SEQS  # sequences for tree drafts (a unified KV cache; 1: none; treekv.py)
 
 
 def default_threads() -> int:
@@ -80,6 +83,8 @@ class Model(Closable):
     recurrent_memory: Optional[RecurrentMemory] = None  # its book-keeping (None: a KV cache, or a split target)
     hidden: Optional[nextn.HiddenRows] = None  # the rows an MTP head drafts from (None: no MTP head to feed)
     ctx: Any = None  # the llama.cpp context (None: a split target's runs in its child process, split.py)
+    tree: Optional[TreeKv] = None  # tree drafts' verify passes (treekv.py); None: none here, ``tree_refusal`` says why
+    tree_refusal: Optional[str] = "a target split over RPC workers"
 
     def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
         quiet_logs()
@@ -110,6 +115,7 @@ class Model(Closable):
         self.recurrent_memory = RecurrentMemory(self.ctx, self.n_rs_seq) if self.recurrent else None
         self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
         self.hidden = nextn.tap(self.model, self.ctx, self.meta("general.architecture"), options.load_mtp)
+        self.tree, self.tree_refusal = TreeKv.open(self, self.recurrent, self.hidden is not None)
 
     def _load(self, options: LoadOptions) -> None:
         mparams = L.llama_model_default_params()
@@ -125,6 +131,7 @@ class Model(Closable):
         cparams.n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
         cparams.n_batch = cparams.n_ubatch = options.n_batch
         cparams.n_seq_max = 1
+        tree_params(cparams, self.model, options.tree_seqs)
         cparams.n_rs_seq = max(0, options.rs_snapshots)  # llama.cpp clamps it to 0 where the arch has none
         cparams.n_threads = cparams.n_threads_batch = self.n_threads = options.n_threads or default_threads()
         cparams.no_perf = True
@@ -381,20 +388,7 @@ class Model(Closable):
             return
         self._closed = True
         L.llama_batch_free(self._batch)
+        if self.tree is not None:
+            self.tree.close()
         L.llama_free(self.ctx)
         L.llama_model_free(self.model)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix, by bisection on slice equality (C-speed compares)."""
-    a, b = list(a), list(b)
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while lo < hi:  # invariant: a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

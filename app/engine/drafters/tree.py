@@ -1,0 +1,107 @@
+"""The tree drafter: the draft model's chain, with a second child wherever the draft was unsure.
+
+The draft model drafts its chain as always (``draftmodel.py``). At each position where its top probability is
+under ``P_SPLIT`` it also proposes its runner-up, a sibling of the chain's token: the tree is the chain plus
+these one-token branches, verified in one target pass (``decoding/tree.py``, ``llama/treekv.py``). A sibling
+costs the draft nothing more (its logits are already there) and the target one more row; where the target turns
+the chain's token down and takes the sibling, the step keeps one token more (the sibling, then the target's own
+token after it) than the chain would have.
+
+The runner-up is drawn as the verification rule needs it: at temperature 0 (and for sample-and-match) it is the
+second most likely token; with the coupled rule the second-best Gumbel-max score under the position's noise;
+with rejection sampling a draw from ``q`` without the chain's token (sampling without replacement, which
+recursive rejection sampling verifies exactly). Whether a position gets a sibling depends only on that
+position's ``q`` (its top probability) and on the siblings before it (the budget left), never on the tokens
+drawn at it: exactness needs each token to be a draw from its ``q`` given the tree's shape there.
+
+How many siblings a step may add (the budget) is the controller's choice, from the measured verify costs
+(``control/branches.py``); with a fixed K it is ``BRANCHES``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from app.engine.control.branches import BRANCHES
+from app.engine.control.draftlen import DraftLength
+from app.engine.decoding.coupled import GumbelNoise, gumbel_max
+from app.engine.decoding.sampling import SamplerSettings, penalise, recent_window
+from app.engine.decoding.tree import Sibling, without
+from app.engine.decoding.verify import sample_from
+from app.engine.drafters.draftmodel import DraftModelProposer
+from app.engine.drafters.protocol import Draft, ProposerBase
+from app.engine.names import ProposerName
+
+P_SPLIT = 0.8  # a position gets a sibling where the draft's top probability is under this
+
+
+class TreeProposer(ProposerBase):
+    """Drafts a chain with the draft model and siblings where it was unsure (see the module docstring)."""
+
+    name: str = ProposerName.TREE
+    couples = True
+
+    def __init__(self, chain: DraftModelProposer, p_split: float = P_SPLIT):
+        self.chain = chain
+        self.p_split = p_split
+        self.length: Optional[DraftLength] = None
+
+    def bind(self, length: DraftLength) -> None:
+        self.length = length
+
+    def begin(self, prompt: Sequence[int], warm: bool = True) -> None:
+        self.chain.begin(prompt, warm)
+
+    def catch_up(self, history: Sequence[int], t_d: float) -> tuple[int, float]:
+        return self.chain.catch_up(history, t_d)
+
+    def time_tokens(self, history: Sequence[int], k: int) -> float:
+        return self.chain.time_tokens(history, k)
+
+    def budget(self, k: int) -> int:
+        """Siblings this step may add: the controller's choice (auto K), else ``BRANCHES``."""
+        length = self.length
+        if length is None or not length.auto:
+            return BRANCHES
+        if not length.measured():
+            return 0
+        return length.branches.budget(length.verify(), length.alpha, length.t_d or 0.0, k)
+
+    def propose(self, history: Sequence[int], k: int, sampler: SamplerSettings, rng: np.random.Generator,
+                sample: bool, noise: Optional[GumbelNoise] = None) -> Draft:
+        budget = self.budget(k)
+        siblings: list[Sibling] = []
+        base = len(history)
+
+        def spare(pos: int, x: int, top: float, row: np.ndarray, recent: Sequence[int]) -> None:
+            if len(siblings) >= budget or top >= self.p_split:
+                return
+            if not sample:  # the runner-up after the penalty (row: the logits)
+                z = np.array(penalise(row, recent_window(recent, sampler), sampler.repeat_penalty), dtype=np.float64)
+                z[x] = -np.inf
+                alt = int(np.argmax(z))
+                siblings.append(Sibling(pos, alt, None, _softmax_at(row, alt)))
+                return
+            rest = without(row, [x])  # row: q
+            if rest is None:
+                return
+            alt = sample_from(rest, rng) if noise is None else gumbel_max(rest, noise.at(base + pos, len(rest)))
+            siblings.append(Sibling(pos, alt, rest, float(row[alt])))
+
+        self.chain.spare = spare if budget else None
+        try:
+            draft = self.chain.propose(history, k, sampler, rng, sample, noise=noise)
+        finally:
+            self.chain.spare = None
+        draft.siblings = siblings
+        return draft
+
+    def close(self) -> None:
+        self.chain.close()
+
+
+def _softmax_at(logits: np.ndarray, x: int) -> float:
+    z = np.asarray(logits, dtype=np.float64)
+    return float(1.0 / np.exp(z - z[x]).sum())

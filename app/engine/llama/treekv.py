@@ -1,0 +1,160 @@
+"""A token tree in one ``llama_decode``, and the accepted path kept in the KV cache (``backend.Model``'s side of
+tree drafts, ``decoding/tree.py``).
+
+llama.cpp has no custom attention-mask API. A tree goes in as tokens that carry several sequence ids: each leaf
+of the tree is a sequence, and a token belongs to the sequences of every leaf below it. The KV cache masks a
+token's attention by the *first* sequence id it carries (``llama_kv_cache::set_input_kq_mask`` reads
+``seq_id[i][0]``), so each token lists first a leaf below it: it then sees exactly the cells of that leaf's
+sequence at positions up to its own — the cached history and its ancestors. The main chain (every node's first
+child) is sequence 0, the one the cache always holds; the other leaves are sequences 1, 2, …
+
+Tokens shared by several sequences ("coupled" sequences) need a unified KV cache (``llama_context_params
+.kv_unified``): with one stream per sequence llama.cpp refuses such a batch ("sequential split is not supported
+when there are coupled sequences in the input batch (you may need to use the -kvu flag)", ``src/llama-batch.cpp``),
+and coupled sequences must hold the same cells before the pass ("sequence … is coupled to … but have diverged"),
+so the history is first given to every branch sequence with ``llama_memory_seq_cp`` — in a unified cache that adds
+the sequence id to the cells' metadata and copies no data. After the pass the accepted path is put in sequence 0
+(``seq_rm`` of sequence 0 past where the path leaves the main chain, ``seq_cp`` of the path's leaf sequence back
+to 0 over the path's positions) and every branch sequence is removed (``seq_rm(s, -1, -1)``), which frees the
+cells only they held. llama.cpp's own tree example (``examples/speculative``) does the same with ``seq_keep``.
+
+Recurrent and hybrid memory keep one state per sequence rather than cells (``src/llama-memory-recurrent.cpp``):
+a branch there would need a state of its own for every sequence and node, a different problem; such models get
+no tree (``Model.tree`` is None, ``tree_refusal`` says why, and the loop refuses in one line).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import llama_cpp as L
+import numpy as np
+
+from app.engine.errors import TandemError
+
+TREE_SEQS = 16  # sequences a target context is created with: up to 15 branches beside the main chain
+
+
+class TreeError(TandemError, RuntimeError):
+    """Tree drafts cannot run on this target, or llama.cpp refused a tree pass."""
+
+    hint, status, code = "use the chain proposer (draft)", 400, "invalid_value"
+
+
+def tree_params(cparams: Any, model: Any, seqs: int) -> None:
+    """Give a context ``seqs`` sequences in one unified KV cache, where the model's memory has cells (a recurrent
+    or hybrid model keeps one sequence: see the module docstring)."""
+    if seqs > 1 and not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model)):
+        cparams.n_seq_max, cparams.kv_unified = seqs, True
+
+
+def tree_refusal(recurrent: bool, hidden_rows: bool, ctx: Any) -> Optional[str]:
+    """Why a context cannot verify trees (None: it can)."""
+    if recurrent:
+        return "its recurrent/hybrid memory keeps one state per sequence, not cells that branches can share"
+    if hidden_rows:
+        return "its MTP head drafts from rows recorded one sequence at a time"
+    return "its context was created with one sequence" if L.llama_n_seq_max(ctx) < 2 else None
+
+
+class TreeKv:
+    """A model's tree passes: a ``llama_batch`` whose tokens may carry several sequence ids, and the sequences of
+    the last pass (for :meth:`keep`)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.seqs = int(L.llama_n_seq_max(model.ctx))
+        self.size = max(model.n_batch, 1)
+        self.batch = L.llama_batch_init(self.size, 0, self.seqs)
+        self.node_seqs: list[list[int]] = []  # by batch index: the leaf sequences below it (first: its mask's)
+        self.base = 0  # the root's position
+
+    @classmethod
+    def open(cls, model: Any, recurrent: bool, hidden_rows: bool) -> tuple[Optional["TreeKv"], Optional[str]]:
+        """(the model's tree passes, None), or (None, why it has none)."""
+        why = tree_refusal(recurrent, hidden_rows, model.ctx)
+        return (cls(model) if why is None else None), why
+
+    def close(self) -> None:
+        L.llama_batch_free(self.batch)
+
+    def decode(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Append the tree ``tokens`` (index 0: the root, the pending token that continues the cache;
+        ``parents`` by index) in one pass; the logits of every token (row ``i`` follows token ``i``'s path), a view
+        of llama.cpp's buffer valid until the next pass. Afterwards the cache's sequence 0 holds the history and
+        the main chain (``model.cached`` says so); :meth:`keep` keeps one path."""
+        m, n = self.model, len(tokens)
+        seqs = leaf_seqs(parents)
+        if len(seqs[0]) > self.seqs:
+            raise TreeError(f"a tree of {len(seqs[0])} leaves exceeds the {self.seqs} sequences this context holds")
+        if n > self.size:
+            raise TreeError(f"a tree of {n} tokens exceeds n_batch={self.size}")
+        base = len(m.cached)
+        if base + n > m.n_ctx:
+            raise TreeError(f"{base + n} tokens exceed the context of {m.n_ctx}")
+        depth = [0] * n
+        for i in range(1, n):
+            depth[i] = depth[parents[i]] + 1
+        self._drop_branches()
+        for s in range(1, len(seqs[0])):
+            L.llama_memory_seq_cp(m.mem, 0, s, -1, -1)  # coupled sequences must hold the same history
+        b = self.batch
+        b.n_tokens = n
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = base + depth[i]
+            b.n_seq_id[i] = len(seqs[i])
+            for j, s in enumerate(seqs[i]):
+                b.seq_id[i][j] = s
+            b.logits[i] = 1
+        rc = L.llama_decode(m.ctx, b)
+        if rc != 0:
+            self._drop_branches()
+            L.llama_memory_seq_rm(m.mem, 0, base, -1)
+            raise TreeError(f"llama_decode refused a tree of {n} tokens (code {rc})")
+        self.node_seqs, self.base = seqs, base
+        m.cached.extend(tokens[i] for i in range(n) if 0 in seqs[i])
+        m.decoded += n
+        return np.ctypeslib.as_array(L.llama_get_logits(m.ctx), shape=(n, m.n_vocab))
+
+    def keep(self, tokens: Sequence[int], path: Sequence[int]) -> None:
+        """After :meth:`decode` of ``tokens``: keep the root and the nodes ``path`` (batch indices, the root's child
+        first) in sequence 0, and nothing else of the tree."""
+        m, seqs, base = self.model, self.node_seqs, self.base
+        chain = [i for i in range(len(seqs)) if 0 in seqs[i]]  # the main chain, the root first
+        nodes = [0] + list(path)
+        split = next((d for d, v in enumerate(nodes) if d >= len(chain) or chain[d] != v), len(nodes))
+        if split < len(nodes):  # the path leaves the main chain at depth ``split``: its leaf's sequence goes to 0
+            L.llama_memory_seq_rm(m.mem, 0, base + split, -1)
+            L.llama_memory_seq_cp(m.mem, seqs[nodes[-1]][0], 0, base + split, base + len(nodes))
+        else:
+            L.llama_memory_seq_rm(m.mem, 0, base + len(nodes), -1)
+        self._drop_branches()
+        del m.cached[base:]
+        m.cached.extend(tokens[v] for v in nodes)
+
+    def _drop_branches(self) -> None:
+        """Remove every branch sequence (1 ..): the cells only they held are freed."""
+        for s in range(1, self.seqs):
+            L.llama_memory_seq_rm(self.model.mem, s, -1, -1)
+
+
+def leaf_seqs(parents: Sequence[int]) -> list[list[int]]:
+    """For a tree given by ``parents`` (by index; ``parents[0]`` is ignored: index 0 is the root), the sequence
+    ids of the leaves below each node, smallest first; the leaf reached by first children is sequence 0."""
+    n = len(parents)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        if not 0 <= parents[i] < i:
+            raise TreeError(f"tree node {i}'s parent {parents[i]} is not an earlier node")
+        kids[parents[i]].append(i)
+    order, stack = [], [0]  # leaves numbered depth first, first children first: the main chain's leaf is 0
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        stack.extend(reversed(kids[v]))
+    leaf_id = {v: s for s, v in enumerate(v for v in order if not kids[v])}
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    for v in range(n - 1, -1, -1):  # children come after parents: fill from the bottom
+        seqs[v] = [leaf_id[v]] if not kids[v] else sorted(s for c in kids[v] for s in seqs[c])
+    return seqs

@@ -1,0 +1,84 @@
+"""The tree drafter (drafters/tree.py) through the real loop: greedy output equals plain decoding on the demo pair
+and on a made-up pair whose draft is often second-best (where branches are taken), the proposer's refusals in one
+line, and the target's law kept at T > 0 (χ² of the first two tokens, every rule)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.decoding.sampling import SamplerSettings
+from app.engine.events import DoneEvent, StepEvent
+from app.engine.llama.backend import Model
+from app.engine.llama.treekv import TreeError
+from app.engine.loop import GenConfig, generate, run
+from app.engine.drafters.draftmodel import DraftModelProposer
+from app.engine.drafters.tree import TreeProposer
+from app.engine.pair import Pair
+from app.engine.limits import LimitError
+from app.engine.decoding.grammar import GrammarSpec
+from app.testing import load_options
+from support.greedy import assert_same_greedy
+from support.tinyeagle3 import write_llama
+from support.tinyhybrid import write_lfm2
+
+GREEDY = SamplerSettings(temperature=0.0)
+STORY = "Once upon a time, in a land far away, there was"
+
+
+@pytest.fixture(scope="module")
+def made_up(tmp_path_factory, smol_paths):
+    """A made-up llama target and a bigram draft of the same vocabulary (its blocks add nothing): the draft's
+    runner-up is often the target's choice, so branches are taken."""
+    d = tmp_path_factory.mktemp("tree")
+    target = write_llama(d / "target.gguf", smol_paths[1], seed=1)
+    draft = write_llama(d / "bigram.gguf", smol_paths[1], seed=2, trunk=0.0)
+    pair = Pair.load(target, draft, load_options(n_ctx=1024))
+    yield pair
+    pair.close()
+
+
+def _steps(pair, prompt, cfg) -> tuple[list[int], list[StepEvent], DoneEvent]:
+    pair.reset()
+    events = list(generate(pair.target, prompt, cfg, pair.proposer(cfg), length=pair.draft_length(cfg)))
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    return list(done.tokens), [e for e in events if isinstance(e, StepEvent)], done
+
+
+@pytest.mark.parametrize("k", [4, "auto"])
+def test_greedy_tree_output_equals_plain_decoding_on_the_demo_pair(smol_pair, k):
+    prompt = smol_pair.chat_prompt([{"role": "user", "content": "Write a short poem about the sea and the wind."}])
+    smol_pair.reset()
+    plain, _ = run(smol_pair.target, prompt, GenConfig(max_tokens=48, sampler=GREEDY, speculative=False))
+    tokens, steps, done = _steps(smol_pair, prompt, GenConfig(max_tokens=48, sampler=GREEDY, k=k, proposer="tree"))
+    assert_same_greedy(smol_pair, prompt, plain, tokens, f"tree, K={k}")
+    assert smol_pair.target.cached == prompt + tokens[:-1] or done.reason != "max_tokens"
+    if k == 4:  # a fixed K offers branches where the draft is unsure
+        assert done.stats.tree_steps > 0 and done.stats.tree_tokens == sum(s.tree for s in steps)
+
+
+def test_on_a_made_up_pair_branches_are_taken_and_greedy_output_still_equals_plain(made_up):
+    prompt = made_up.target.tokenize(STORY)
+    made_up.reset()
+    plain, _ = run(made_up.target, prompt, GenConfig(max_tokens=64, sampler=GREEDY, speculative=False))
+    tokens, steps, done = _steps(made_up, prompt, GenConfig(max_tokens=64, sampler=GREEDY, k=4, proposer="tree"))
+    assert tokens == plain  # (a made-up model's logits are far from near-ties)
+    s = done.stats
+    assert s.branch_hits > 0 and s.branch_hits == sum(e.branch_hit for e in steps)
+    hit = next(e for e in steps if e.branch_hit)
+    kept = [n for n in hit.branches if n.kept]
+    assert kept and kept[-1].branch and len(kept) == hit.accepted  # the kept path ends on the branch
+    assert s.tree_accepted == sum(e.accepted for e in steps if e.tree) and s.mean_path == s.tree_accepted / s.tree_steps
+    _, chain_steps, chain = _steps(made_up, prompt, GenConfig(max_tokens=64, sampler=GREEDY, k=4, proposer="draft"))
+    assert s.mean_accepted > chain.stats.mean_accepted  # a branch kept is a token more than the chain's pass
+
+
+def test_a_tree_is_refused_in_one_line_where_it_cannot_run(made_up, tmp_path, smol_paths):
+    hybrid = write_lfm2(tmp_path / "hybrid.gguf", smol_paths[1], seed=1)
+    with Model(hybrid, load_options(n_ctx=256)) as target:
+        cfg = GenConfig(max_tokens=4, sampler=GREEDY, k=2, proposer="tree")
+        with pytest.raises(TreeError) as err:
+            list(generate(target, target.tokenize(STORY), cfg, TreeProposer(DraftModelProposer(made_up.draft))))
+    assert "recurrent/hybrid memory" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(LimitError, match="grammar"):
+        GenConfig(proposer="tree", grammar=GrammarSpec.json_object()).validate()
