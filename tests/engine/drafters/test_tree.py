@@ -17,7 +17,9 @@ from app.engine.pair import Pair
 from app.engine.limits import LimitError
 from app.engine.decoding.grammar import GrammarSpec
 from app.testing import load_options
+from support.coupled import parted
 from support.greedy import assert_same_greedy
+from support.loopchi2 import assert_keeps_law, two_token_law
 from support.tinyeagle3 import write_llama
 from support.tinyhybrid import write_lfm2
 
@@ -82,3 +84,50 @@ def test_a_tree_is_refused_in_one_line_where_it_cannot_run(made_up, tmp_path, sm
     assert "recurrent/hybrid memory" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(LimitError, match="grammar"):
         GenConfig(proposer="tree", grammar=GrammarSpec.json_object()).validate()
+
+
+@pytest.fixture(scope="module")
+def made_up_fresh(made_up):
+    """A second copy of the made-up target: the exact law the χ² tests compare with."""
+    with Model(made_up.target.path, load_options(n_ctx=1024)) as m:
+        yield m
+
+
+@pytest.mark.parametrize("rule", ["rejection", "coupled", "match"])
+def test_tree_drafts_keep_the_targets_law_at_t1(made_up, made_up_fresh, rule):
+    """χ² of the first two tokens at T = 1, top-k 3, K 2 through the real loop, with the branches the made-up
+    draft offers at almost every position; branches are taken (so their judging is what is tested)."""
+    prompt = made_up.target.tokenize(STORY)
+    made_up_fresh.reset()
+    law = two_token_law(made_up_fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
+    made_up.reset()
+    seen = {"tree": 0, "hits": 0}
+
+    def first_two(seed: int):
+        cfg = GenConfig(max_tokens=2, k=2, proposer="tree", rule=rule,
+                        sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
+        events = list(generate(made_up.target, prompt, cfg, made_up.proposer(cfg)))
+        steps = [e for e in events if isinstance(e, StepEvent)]
+        seen["tree"] += sum(e.tree for e in steps)
+        seen["hits"] += sum(e.branch_hit for e in steps)
+        assert isinstance(events[-1], DoneEvent)
+        return events[-1].tokens
+
+    assert_keeps_law(law, first_two, draws=1500)
+    assert seen["tree"] >= 1500 and seen["hits"] >= 50, seen
+
+
+def test_under_the_coupled_rule_a_seed_gives_the_same_text_with_trees_chains_or_none(made_up):
+    """Seeds hold with branches: each position's token is the Gumbel-max draw of the target's p with that
+    position's noise, whatever was drafted (decoding/coupled.py, decoding/tree.py)."""
+    prompt = made_up.target.tokenize(STORY)
+    for seed in (1, 2, 3):
+        sampler = SamplerSettings(temperature=1.0, seed=seed)
+        texts = []
+        for proposer, speculative in (("draft", False), ("draft", True), ("tree", True)):
+            made_up.reset()
+            cfg = GenConfig(max_tokens=32, k=4, proposer=proposer, rule="coupled", sampler=sampler,
+                            speculative=speculative)
+            texts.append(run(made_up.target, prompt, cfg, made_up.proposer(cfg))[0])
+        for text in texts[1:]:
+            assert parted(made_up, prompt, texts[0], text, sampler) is None, seed
