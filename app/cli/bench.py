@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         missing = [str(f) for f in (target, draft) if f is not None and not f.is_file()]
         if missing:
             fail("no such file: " + ", ".join(missing))
-        if draft is None and ProposerName.DRAFT in args.proposers:
+        if draft is None and {ProposerName.DRAFT, ProposerName.TREE} & set(args.proposers):
             fail("--target needs --draft (or --proposer lookup, or mtp for a target with an MTP head)")
         pair_id = None
     else:
@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
     assistant = draft is not None and is_assistant(draft)
     label = ASSISTANT_LABEL if assistant else heads.label_of(draft) if draft is not None else None
     if args.reference == "bare-spec" and label:
-        fail(f"--reference bare-spec runs a draft model alone; an {label} drafts only from its target's own "
-             "cache or layers")
+        fail(f"--reference bare-spec runs a draft model alone; this draft ({label}) drafts only from its target's "
+             "own cache or layers")
     kind = f" ({label})" if label else ""
     print(f"[bench] pair {pair_id or 'from files'}: target {target.name}, draft {draft.name if draft else '-'}{kind}; "
           f"{len(prompts)} prompts, "
@@ -234,6 +234,11 @@ def format_table(r: BenchResult) -> str:
         lines.append(f"auto: {_f(r.lookup_share, '.0%')} of the accepted draft tokens came from prompt lookup, the "
                      f"rest from the draft model; lookup index at most {_f((r.lookup_index_bytes or 0) / 1024, '.0f')}"
                      f" KiB")
+    if r.tree:
+        t = r.tree
+        lines.append(f"tree: {t['passes']} target passes verified {t['branch_tokens']} branch tokens beside the chain; "
+                     f"a pass kept {_f(t['path'])} draft tokens on average, {t['branch_hits']} kept a branch; "
+                     f"{_f(t['tokens_per_pass'])} tokens per target pass")
     if r.draft_cache:
         lines.append(r.draft_cache)
     if r.limit:

@@ -1,50 +1,50 @@
-"""Drafts that read their target's own layers (an EAGLE-3 head; a DFlash block drafter when the engine has one):
-which kind a draft GGUF is, and whether a target can feed it, judged from the two GGUF headers alone.
+"""Drafts that read their target's own layers (an EAGLE-3 head, a DFlash or DSpark block drafter): which kind a draft
+GGUF is, and whether a target can feed it, judged from the two GGUF headers alone.
 
-The judgement is the engine's own check (``eagle3rows.refusal``, which the drafter runs when it loads), fed with
+The judgement is the engine's own check (``eagle3rows.refusal``, which each drafter runs when it loads), fed with
 the figures both headers carry: the target's architecture against the allow-list of those whose graphs record
 layer inputs, its block count against the layer ids the head reads (``<arch>.target_layers``), its width against
 the rows the head takes. So ``models check``, Pair settings, the Pair lab and ``bench`` say the same words as a
 load would, before anything is loaded or downloaded: on a target of another architecture llama.cpp would stop
-the whole process, and a real target takes gigabytes and minutes to load only to be refused.
+the whole process, and a real target takes gigabytes and minutes to load only to be refused. (A DFlash drafter's
+own refusals that need its weights or tokenizer, such as a missing mask token, are still said when it loads.)
 
-A kind of head is one line of :data:`HEADS`, keyed by the GGUF architecture its drafter module names.
+A kind of head is one line of :data:`HEADS`, keyed by the engine's :class:`~app.engine.llama.eagle3rows.HeadKind`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
-from app.engine.drafters import eagle3
+from app.engine.drafters import dflash, eagle3
 from app.engine.llama import eagle3rows
+from app.engine.llama.eagle3rows import HeadKind
 from app.models import meta
 from app.models.ggufheader import GGUFError
 from app.models.meta import ModelMeta
 
-# (target arch, target block count, target width, layer ids read, row width) -> why not, or None
-Refusal = Callable[[Optional[str], int, int, Sequence[int], int], Optional[str]]
-
 
 @dataclass(frozen=True)
 class Head:
-    """One kind of head: how the app names it, the engine's check, and where the width of its rows is written."""
+    """One kind of head: how the app names it and where the width of the rows it reads is written."""
 
+    kind: HeadKind
     label: str
-    noun: str  # the label in a sentence ("an EAGLE-3 head")
-    refusal: Refusal
     own_width: bool  # rows as wide as the head itself (DFlash); else ``<arch>.target_hidden_size`` (EAGLE-3)
 
 
-HEADS: dict[str, Head] = {
-    eagle3.ARCH: Head(eagle3.LABEL, "an EAGLE-3 head", eagle3rows.refusal, own_width=False),
+HEADS: dict[HeadKind, Head] = {
+    HeadKind.EAGLE3: Head(HeadKind.EAGLE3, eagle3.LABEL, own_width=False),
+    HeadKind.DFLASH: Head(HeadKind.DFLASH, dflash.LABEL, own_width=True),
 }
+_BY_ARCH = {k.value: h for k, h in HEADS.items()}
 
 
 def kind(arch: Optional[str]) -> Optional[Head]:
     """The kind of head a GGUF of ``arch`` is, or None for a model of its own."""
-    return HEADS.get(arch or "")
+    return _BY_ARCH.get(arch or "")
 
 
 def label_of(path: Path | str) -> Optional[str]:
@@ -61,13 +61,14 @@ def refusal(target: ModelMeta, draft: ModelMeta) -> Optional[str]:
     words; None when it can, or when neither is a head."""
     as_target = kind(target.architecture)
     if as_target is not None:
-        return (f"the target ({target.architecture}) is {as_target.noun}: it drafts only beside the model it "
-                "was made for, as that model's draft")
+        return (f"the target ({target.architecture}) is {as_target.kind.reader}: it drafts only beside the model "
+                "it was made for, as that model's draft")
     head = kind(draft.architecture)
     if head is None:
         return None
     width = draft.n_embd if head.own_width else draft.target_hidden
-    return head.refusal(target.architecture, target.n_layers, target.n_embd, draft.target_layers, width)
+    return eagle3rows.refusal(target.architecture, target.n_layers, target.n_embd, draft.target_layers, width,
+                              head.kind)
 
 
 def note(draft: ModelMeta) -> Optional[str]:
@@ -77,7 +78,7 @@ def note(draft: ModelMeta) -> Optional[str]:
         return None
     width = draft.n_embd if head.own_width else draft.target_hidden
     layers = ", ".join(str(i) for i in draft.target_layers) or "none"
-    return (f"the draft ({draft.architecture}) is {head.noun}: it drafts from the inputs of the target's "
+    return (f"the draft ({draft.architecture}) is {head.kind.reader}: it drafts from the inputs of the target's "
             f"layers {layers} ({width} wide each), which the target records while it decodes")
 
 

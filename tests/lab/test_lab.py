@@ -1,9 +1,9 @@
-"""The Pair lab's plan with a head that reads the target's layers (EAGLE-3) as the pair's draft: the head is a
-candidate of its own, named as what it is, ranked beside prompt lookup and the combined drafter; a head made for
-another target is no candidate (skipped with the words ``models check`` says).
+"""The Pair lab's plan with a head that reads the target's layers (an EAGLE-3 head, a DFlash block drafter) as the
+pair's draft: the head is a candidate of its own, named as what it is, ranked beside prompt lookup and the
+combined drafter; a head made for another target is no candidate (skipped with the words ``models check`` says).
 
-Made-up files (tests/support/tinyeagle3.py, random weights): the sweep checks that every candidate is measured
-and ranked, never how fast any is.
+Made-up files (tests/support/tinyeagle3.py, tinydflash.py, random weights): the sweep checks that every candidate
+is measured and ranked, never how fast any is.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from app.engine.pair import Pair
 from app.lab import tune
 from app.lab.lab import LabRequest, plan
 from app.testing import load_options
+from support.tinydflash import write_dflash, write_target
 from support.tinyeagle3 import write_eagle3, write_llama
 
 HEAD = "head (EAGLE-3 head)"
@@ -35,6 +36,14 @@ def files(tmp_path_factory, smol_paths):
 
 
 @pytest.fixture(scope="module")
+def dflash_pair(tmp_path_factory, smol_paths):
+    d = tmp_path_factory.mktemp("lab-dflash")
+    target = write_target(d / "flag-target.gguf", smol_paths[1], seed=1)
+    with Pair.load(target, write_dflash(d / "block.gguf", smol_paths[1], seed=1), load_options(n_ctx=512)) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
 def e3_pair(files):
     with Pair.load(files["target"], files["head"], load_options(n_ctx=512)) as pair:
         yield pair
@@ -51,6 +60,15 @@ def test_an_eagle3_head_is_ranked_beside_lookup_and_the_combined_drafter(e3_pair
     assert cells[HEAD]["acceptance_rate"] is not None and cells[HEAD]["draft_path"] == str(e3_pair.draft.path)
     ranked = result.recommendations["all"]  # the best of the three, with the next-best beside it
     assert ranked["draft"] in cells and ranked["next"]["draft"] in cells
+
+
+def test_a_dflash_drafter_is_ranked_beside_lookup_and_the_combined_drafter(dflash_pair, home):
+    block = "block (DFlash block)"
+    cfg = plan(dflash_pair, LabRequest(quick=True, ks="3", max_tokens=16))
+    assert [c.id for c in cfg.candidates] == [block, "lookup", f"auto ({block} + lookup)"]
+    result = tune.sweep(dflash_pair, cfg)
+    assert not result.errors and {c["draft"] for c in result.cells} == {c.id for c in cfg.candidates}
+    assert next(c for c in result.cells if c["draft"] == block)["acceptance_rate"] is not None
 
 
 def test_a_head_is_picked_by_its_file_name_or_stem_and_auto_by_auto(e3_pair, home):
