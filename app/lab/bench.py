@@ -158,7 +158,7 @@ def draft_cache(pair: Pair, cfg: GenConfig, shared_from: Optional[tuple[int, int
     """How the draft model came by the history in its cache since ``shared_from`` (:func:`shares_so_far`), for
     the report; None where ``cfg``'s proposer does not use a draft model."""
     if pair.draft is None or pair.draft_kind != "draft model" \
-            or cfg.proposer not in (ProposerName.AUTO, ProposerName.DRAFT):
+            or cfg.proposer not in (ProposerName.AUTO, ProposerName.DRAFT, ProposerName.TREE):
         return None
     share = pair.kv_share
     if share is None or shared_from is None:
@@ -297,6 +297,7 @@ class BenchResult:
     slow: list = field(default_factory=list)  # ids of the prompts below GUARD × plain speed (each with its ``where``)
     guard: float = GUARD
     unsteady: list = field(default_factory=list)  # ids of the prompts whose timings were unsteady (each says why)
+    tree: Optional[dict] = None  # proposer tree: passes with branches, branch tokens, kept path, branch hits
 
     def to_dict(self) -> dict:
         return dict(public_dict(self), per_prompt=[p.to_dict() for p in self.per_prompt])
@@ -371,4 +372,12 @@ def _aggregate(per_prompt: list[PromptRow], cfg: GenConfig, partial: bool, refer
         lookup_index_bytes=index_bytes,
         slow=[p.id for p in per_prompt if p.where is not None], guard=guard,
         unsteady=[p.id for p in per_prompt if p.unsteady],
+        tree=tree_figures(pooled) if pooled and cfg.proposer == ProposerName.TREE else None,
     )
+
+
+def tree_figures(s: Summary) -> dict:
+    """A tree bench's figures: target passes that verified branches, the branch tokens they held, the draft tokens
+    such a pass kept on average (the accepted path), the passes that kept a branch, and tokens per target pass."""
+    return {"passes": s.tree_steps, "branch_tokens": s.tree_tokens, "path": s.mean_path,
+            "branch_hits": s.branch_hits, "tokens_per_pass": s.mean_accepted}

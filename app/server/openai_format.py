@@ -104,6 +104,12 @@ def lmstudio_stats(summary: Summary, *, speculative: bool, draft_model: Optional
             lookup_earlier_tokens_count=int(summary.lookup_earlier),
             model_draft_tokens_count=int(summary.model_drafted),  # … and the draft model
             model_accepted_tokens_count=int(summary.model_accepted),
+            # tree drafts (proposer "tree"): passes that verified branches beside the chain, their branch tokens
+            # (of total_draft_tokens_count), the draft tokens such a pass kept on average, passes that kept a branch
+            tree_target_passes=int(summary.tree_steps),
+            tree_branch_tokens_count=int(summary.tree_tokens),
+            tree_accepted_path_length=summary.mean_path,
+            tree_branch_hits=int(summary.branch_hits),
         )
     return out
 
@@ -133,6 +139,9 @@ def llamacpp_timings(summary: Summary, *, prompt_tokens: int, prompt_s: float, c
         "draft_lookup_n": int(summary.lookup_drafted),  # of draft_n: proposed by prompt lookup
         "draft_lookup_n_accepted": int(summary.lookup_accepted),
         "draft_lookup_n_earlier": int(summary.lookup_earlier),  # of those: copied from an earlier request's text
+        "draft_tree_n": int(summary.tree_tokens),  # of draft_n: tree branches beside the chain (proposer "tree")
+        "draft_tree_passes": int(summary.tree_steps),
+        "draft_tree_branch_hits": int(summary.branch_hits),  # tree passes whose kept path went through a branch
     }
 
 

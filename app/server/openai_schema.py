@@ -83,7 +83,7 @@ class TandemSettings(_Strict):
     route (the OpenAI ones and /infill)."""
 
     speculative: Optional[StrictBool] = None
-    proposer: Optional[Literal["auto", "draft", "lookup", "mtp"]] = None
+    proposer: Optional[Literal["auto", "draft", "lookup", "mtp", "tree"]] = None
     k: Union[StrictInt, Literal["auto"], None] = None
     k_max: Optional[StrictInt] = None
     p_min: Optional[Number] = None

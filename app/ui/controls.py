@@ -87,6 +87,8 @@ def proposer_choices(state: AppState) -> list[tuple[str, str]]:
         choices.insert(0, ("auto (both, per step)", "auto"))
     if pair is not None and pair.has_mtp:
         choices.append(("MTP (built into the target)", "mtp"))
+    if pair is None or (pair.draft_kind == "draft model" and pair.target.tree is not None):
+        choices.append(("tree (the draft model, with branches)", "tree"))
     return choices
 
 

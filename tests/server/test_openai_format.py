@@ -49,6 +49,21 @@ def test_stats_in_both_conventions_are_consistent():
     assert "total_draft_tokens_count" not in plain and plain["stop_reason"] == "eosFound"
 
 
+def test_tree_drafts_are_reported_in_both_conventions():
+    """A tree's branch tokens (of the drafted ones), its passes, kept path and branch hits (proposer tree)."""
+    summary = Summary(tokens=10, drafted=12, accepted=8, steps=3, tree_steps=2, tree_tokens=3, tree_accepted=6,
+                      branch_hits=1)
+    st = F.lmstudio_stats(summary, speculative=True, draft_model="d.gguf", completion_tokens=10, ttft=0.1,
+                          reason="eog")
+    assert (st["tree_target_passes"], st["tree_branch_tokens_count"], st["tree_accepted_path_length"],
+            st["tree_branch_hits"]) == (2, 3, 3.0, 1)
+    tm = F.llamacpp_timings(summary, prompt_tokens=20, prompt_s=0.1, completion_tokens=10)
+    assert (tm["draft_tree_n"], tm["draft_tree_passes"], tm["draft_tree_branch_hits"]) == (3, 2, 1)
+    chain = F.lmstudio_stats(Summary(tokens=4, drafted=4, accepted=3, steps=1), speculative=True, draft_model="d",
+                             completion_tokens=4, ttft=0.1, reason="eog")
+    assert chain["tree_target_passes"] == 0 and chain["tree_accepted_path_length"] is None
+
+
 def test_requests_map_to_the_chat_settings():
     req = schema.parse(schema.ChatRequest, b'{"messages": [{"role": "developer", "content": "Be brief."},'
                        b' {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],'
