@@ -23,7 +23,8 @@ BENCH_KEYS = ["baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_ac
               "lookup_share", "lookup_index_bytes",  # added since (two drafters at once) …
               "draft_cache",  # … and how the draft model came by the history (kvshare.py) …
               "slow", "guard",  # … and the prompts below the guard (benchguard.py) …
-              "unsteady"]  # … and those whose timings were unsteady (benchguard.py)
+              "unsteady",  # … and those whose timings were unsteady (benchguard.py) …
+              "tree"]  # … and proposer tree's figures (decoding/tree.py)
 ROW_KEYS = ["id", "category", "prompt", "baseline_tps", "spec_tps", "speedup", "acceptance_rate", "mean_accepted",
             "alpha", "mean_k", "per_position", "histogram", "c", "v", "bound", "identical", "mismatch", "paused",
             "limit", "tokens", "plain_runs", "spec_runs", "lookup_share"]
@@ -85,7 +86,7 @@ def test_bench_result_to_dict_is_the_bench_json_contract():
         "paused": 0.2727272727272727, "limit": "drafting cannot pay here", "k": "auto", "mean_k": 3.5,
         "per_position": [1.0, 1.0, 0.5], "histogram": [0, 0, 4, 4], "proposer": "draft", "temperature": 0.0,
         "max_tokens": 8, "partial": False, "reference": None, "skipped": skipped, "lookup_share": 0.0,
-        "lookup_index_bytes": None, "draft_cache": None, "slow": [], "guard": 0.95, "unsteady": []}
+        "lookup_index_bytes": None, "draft_cache": None, "slow": [], "guard": 0.95, "unsteady": [], "tree": None}
     assert out["per_prompt"][1] == {
         "id": "p2", "category": "chat", "prompt": "hi", "baseline_tps": 8.0, "spec_tps": 16.0, "speedup": 2.0,
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.0, "alpha": 0.8333333333333334, "mean_k": 3.5,
@@ -126,3 +127,24 @@ def test_cell_to_dict_is_the_stored_cell():
         "acceptance_rate": 0.7142857142857143, "mean_accepted": 3.5, "alpha": 0.8333333333333334, "mean_k": 3.5,
         "c": None, "v": None, "bound": None, "paused": 0.0, "limit": None}
     assert json.loads(json.dumps(out)) == out
+
+
+def test_a_tree_bench_carries_its_tree_figures_in_the_json_and_the_table():
+    from app.cli.bench import format_table
+
+    cfg = GenConfig(max_tokens=8, k=4, proposer="tree")
+    tree_steps = [StepEvent(step=0, drafted=6, accepted=3, emitted=4, t_draft=0.01, t_verify=0.1, k=4, t_step=0.125,
+                            tree=2, branch_hit=True),
+                  StepEvent(step=1, drafted=5, accepted=4, emitted=5, t_draft=0.01, t_verify=0.1, k=4, t_step=0.125,
+                            tree=1)]
+    plain = summary_of([StepEvent(step=i, drafted=0, accepted=0, emitted=1, t_draft=0.0, t_verify=0.1, k=0,
+                                  t_step=0.125) for i in range(9)])
+    row = bench._prompt_result(None, Prompt(id="p1", category="chat", prompt="hi"), [1, 2],
+                               [bench.RunResult([5, 6], plain)], [bench.RunResult([5, 6], summary_of(tree_steps))], cfg)
+    result = bench._aggregate([row], cfg, False, None, [])
+    assert result.to_dict()["tree"] == {"passes": 2, "branch_tokens": 3, "path": 3.5, "branch_hits": 1,
+                                        "tokens_per_pass": 4.5}
+    assert "tree: 2 target passes verified 3 branch tokens beside the chain; a pass kept 3.50 draft tokens on " \
+           "average, 1 kept a branch; 4.50 tokens per target pass" in format_table(result)
+    assert bench._aggregate(_bench_rows(GenConfig(max_tokens=8, proposer="draft")), GenConfig(proposer="draft"),
+                            False, None, []).tree is None
