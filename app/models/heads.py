@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from app.engine.drafters import dflash, eagle3
 from app.engine.llama import eagle3rows
@@ -28,16 +28,22 @@ from app.models.meta import ModelMeta
 
 @dataclass(frozen=True)
 class Head:
-    """One kind of head: how the app names it and where the width of the rows it reads is written."""
+    """One kind of head: how the app names it, where the width of the rows it reads is written, and what refuses
+    the file itself whatever the target (the engine's check, from header figures)."""
 
     kind: HeadKind
     label: str
     own_width: bool  # rows as wide as the head itself (DFlash); else ``<arch>.target_hidden_size`` (EAGLE-3)
+    drafter_refusal: Callable[[ModelMeta], Optional[str]] = lambda m: None
+
+
+def _block_refusal(m: ModelMeta) -> Optional[str]:
+    return dflash.drafter_refusal(m.block_size, m.mask_token, m.n_vocab, m.selector_rank, m.markov)
 
 
 HEADS: dict[HeadKind, Head] = {
     HeadKind.EAGLE3: Head(HeadKind.EAGLE3, eagle3.LABEL, own_width=False),
-    HeadKind.DFLASH: Head(HeadKind.DFLASH, dflash.LABEL, own_width=True),
+    HeadKind.DFLASH: Head(HeadKind.DFLASH, dflash.LABEL, own_width=True, drafter_refusal=_block_refusal),
 }
 _BY_ARCH = {k.value: h for k, h in HEADS.items()}
 
@@ -66,6 +72,10 @@ def refusal(target: ModelMeta, draft: ModelMeta) -> Optional[str]:
     head = kind(draft.architecture)
     if head is None:
         return None
+    # in the order the drafter's load asks, so a file wrong twice is refused as loading it would refuse it
+    why = eagle3rows.arch_refusal(target.architecture, head.kind) or head.drafter_refusal(draft)
+    if why is not None:
+        return why
     width = draft.n_embd if head.own_width else draft.target_hidden
     return eagle3rows.refusal(target.architecture, target.n_layers, target.n_embd, draft.target_layers, width,
                               head.kind)

@@ -107,6 +107,10 @@ class ModelMeta:
     state_floats: int = 0  # recurrent state of one sequence, all recurrent layers (F32 values)
     target_layers: tuple = ()  # a head's (EAGLE-3, DFlash): the target layers whose inputs it reads
     target_hidden: int = 0  # a head's: the width of each of those rows, where its GGUF says (EAGLE-3)
+    block_size: Optional[int] = None  # a block drafter's (DFlash): ``<arch>.block_size``, None where unnamed
+    mask_token: Optional[int] = None  # ``tokenizer.ggml.mask_token_id`` (a block drafter fills its block with it)
+    selector_rank: int = 0  # a DFlash2 drafter's ``<arch>.selector_rank``
+    markov: bool = False  # it holds a Markov head (``markov_w1.weight``: a DSpark drafter)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,7 +150,9 @@ def model_meta(header: Header, file_size: int, vocab: Optional[VocabInfo] = None
         head_dim_k=head_k, head_dim_v=head_v, sliding_window=window, swa_layers=swa, file_size=file_size,
         weights_bytes=sum(t.n_bytes for t in header.tensors), nextn_layers=num("nextn_predict_layers"),
         attn_layers=attn, state_floats=state, target_layers=_target_layers(header, arch),
-        target_hidden=num("target_hidden_size"),
+        target_hidden=num("target_hidden_size"), block_size=header.integer(f"{arch}.block_size"),
+        mask_token=header.integer("tokenizer.ggml.mask_token_id"), selector_rank=num("selector_rank"),
+        markov=any(t.name == "markov_w1.weight" for t in header.tensors),  # (drafters/dflash.py's DSPARK_TENSOR)
     )
 
 

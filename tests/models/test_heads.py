@@ -49,6 +49,9 @@ def files(tmp_path_factory, smol_paths, gemma_paths):
         "dspark": write_dflash(d / "dspark.gguf", vocab, seed=1, dspark=True),
         "dflash_deep": write_dflash(d / "dflash-deep.gguf", vocab, seed=1, layers=(0, 1, 4)),
         "dflash_wide": write_dflash(d / "dflash-wide.gguf", vocab, seed=1, n_embd=2 * N_EMBD),
+        "dflash_nomask": write_dflash(d / "dflash-nomask.gguf", vocab, seed=1, mask=False),
+        "dflash2": write_dflash(d / "dflash2.gguf", vocab, seed=1, selector_rank=4),
+        "dspark_noblock": write_dflash(d / "dspark-noblock.gguf", vocab, seed=1, dspark=True, block=None),
         "gemma_dflash": write_dflash(d / "gemma-dflash.gguf", gemma_paths[1], seed=1, n_embd=gemma.n_embd,
                                      layers=(2, gemma.n_layers // 2, gemma.n_layers - 3)),
     }
@@ -86,8 +89,13 @@ def test_a_head_for_its_target_is_accepted_and_named(files, target, draft, kind,
     ("gemma_target", "gemma_dflash", ARCH_WORDS.replace("an EAGLE-3 head", "a DFlash drafter")),
     ("flag_target", "dflash_wide", WIDTH_WORDS),
     ("flag_target", "dflash_deep", LAYER_WORDS),
+    ("flag_target", "dflash_nomask", "it names no mask token (tokenizer.ggml.mask_token_id), which fills its draft "
+                                     "block"),
+    ("flag_target", "dflash2", "a DFlash2 drafter (it drafts through a selector lattice, not logits): Tandem reads "
+                               "DFlash and DSpark blocks only"),
+    ("flag_target", "dspark_noblock", "a DSpark drafter without dflash.block_size in its metadata"),
 ])
-def test_a_head_made_for_another_target_is_refused_in_the_engines_words(files, target, draft, words):
+def test_a_head_that_cannot_draft_for_the_target_is_refused_in_the_engines_words(files, target, draft, words):
     v = judged(files, target, draft)
     assert not v.ok and v.reason == words and v.extra["head"].startswith(f"the draft ({v.draft.meta['architecture']})")
     assert verdict(str(files[target]), str(files[draft])) == (False, f"Refused: {words}")  # Pair settings
@@ -96,7 +104,10 @@ def test_a_head_made_for_another_target_is_refused_in_the_engines_words(files, t
 
 @pytest.mark.parametrize("target,draft,error", [("target", "wide", Eagle3Error), ("target", "deep", Eagle3Error),
                                                 ("flag_target", "dflash_wide", DFlashError),
-                                                ("flag_target", "dflash_deep", DFlashError)])
+                                                ("flag_target", "dflash_deep", DFlashError),
+                                                ("flag_target", "dflash_nomask", DFlashError),
+                                                ("flag_target", "dflash2", DFlashError),
+                                                ("flag_target", "dspark_noblock", DFlashError)])
 def test_loading_says_what_the_header_check_said(files, target, draft, error):
     """The engine refuses the same pairs when it loads them, with the same words (the same check)."""
     with pytest.raises(error) as err:
