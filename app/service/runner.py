@@ -55,6 +55,7 @@ class Live:
     restored: int = 0  # of them, those a saved prompt state put back (the prompt cache: promptcache.py)
     pieces: dict = field(default_factory=dict)  # token id → its bytes, for the logprobs' alternatives
     parting: Optional["Parting"] = None  # where two greedy jobs' outputs parted, and how close the target was there
+    tree: Optional[StepEvent] = None  # the latest step that verified a tree draft (its nodes: ``branches``)
 
     @property
     def text(self) -> str:
@@ -95,6 +96,8 @@ class Live:
         elif isinstance(ev, StepEvent):
             self.stats.add(ev, now)
             self.last = now
+            if ev.branches:
+                self.tree = ev
         elif isinstance(ev, DoneEvent):
             self.done = ev
             self.last = now

@@ -11,7 +11,7 @@ import functools
 import html
 from typing import Optional, Sequence
 
-from app.engine.events import KINDS, StopReason, TokenKind
+from app.engine.events import KINDS, StepEvent, StopReason, TokenKind
 from app.engine.names import AUTO_K, ProposerName
 from app.engine.summary import Summary
 from app.numfmt import fmt, k_text
@@ -184,6 +184,44 @@ def counters_html(summary: Summary, speculative: bool, claim: Optional[dict] = N
     if speculative:
         out += bars_html(summary.per_position)
     return out
+
+
+def tree_html(step: Optional[StepEvent]) -> str:
+    """The tree the latest tree step verified (proposer tree): the draft's chain on the first row, each branch
+    under the chain token it stood beside, the path the target kept marked (colour and a check mark, and said in
+    words); nothing without one."""
+    if step is None or not step.branches:
+        return ""
+    nodes = step.branches
+    depth = [0] * len(nodes)
+    for v, node in enumerate(nodes):
+        depth[v] = depth[node.parent] + 1 if node.parent >= 0 else 1
+    lanes: dict[int, int] = {}  # a branch's row: under the chain, one row per branch at the same depth
+    row = [0 if not n.branch else lanes.setdefault(depth[v], 0) + 1 for v, n in enumerate(nodes)]
+    for v, n in enumerate(nodes):
+        if n.branch:
+            lanes[depth[v]] = row[v]
+    cells = ['<div class="tdm-tree-cell tdm-tree-root" style="grid-row:1;grid-column:1" '
+             'title="the pending token the tree hangs below">▸</div>']
+    for v, n in enumerate(nodes):
+        cls = "tdm-tree-kept" if n.kept else "tdm-tree-cut"
+        cls += " tdm-tree-branch" if n.branch else ""
+        mark = "✓ " if n.kept else ""
+        what = ("kept" if n.kept else "not kept") + (", a branch" if n.branch else ", the chain")
+        cells.append(f'<div class="tdm-tree-cell {cls}" style="grid-row:{row[v] + 1};grid-column:{depth[v] + 1}" '
+                     f'title="{what}">{"└ " if n.branch else ""}{mark}<code>{esc(visible(n.text))}</code></div>')
+    kept = sum(n.kept for n in nodes)
+    words = (f"the target kept {kept} of them through a branch" if step.branch_hit else
+             f"the target kept {kept} of them along the chain" if kept else "the target kept none of them")
+    head = (f"Tree of pass {step.step + 1}: {len(nodes) - step.tree} chain tokens and {step.tree} "
+            f"branch{'es' * (step.tree != 1)}; {words}, then added its own token.")
+    return (f'<div class="tdm-tree" role="figure" aria-label="{esc(head)}"><div class="tdm-chart-title">'
+            f'{esc(head)}</div><div class="tdm-tree-grid">{"".join(cells)}</div></div>')
+
+
+def visible(text: str) -> str:
+    """Token text with its whitespace made visible (for the inspector and the tree)."""
+    return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
 def pair_counters_html(pair: str, baseline: Optional[dict], now: Optional[float] = None) -> str:

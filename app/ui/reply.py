@@ -21,7 +21,7 @@ from markdown_it import MarkdownIt
 from app.engine.events import Drafter, TokenEvent
 from app.service.chat import ChatMode
 
-from app.ui.panel import KIND_LABELS, esc
+from app.ui.panel import KIND_LABELS, esc, visible
 
 COMPLETION = ChatMode.COMPLETION
 WINDOW = 400  # how far past the cursor a rendered piece may start (Markdown syntax, link targets…)
@@ -40,11 +40,6 @@ def compact(tokens: Sequence[TokenEvent], draft_texts: Optional[dict] = None) ->
             item["d"] = draft_texts[t.index]
         out.append(item)
     return out
-
-
-def visible(text: str) -> str:
-    """Token text with its whitespace made visible (for the inspector)."""
-    return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
 
 
 def label(tok: dict) -> str:

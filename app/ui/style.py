@@ -107,6 +107,16 @@ PANEL_CSS = """
 .tdm-pairinfo td,.tdm-pairinfo tr,.tdm-table tr{border:none!important;background:transparent!important}
 .tdm-pairinfo td{padding:2px 10px 2px 0;font-size:13px}
 .tdm-glossary dt{font-weight:600;margin-top:6px}.tdm-glossary dd{margin:0 0 0 2px;font-size:13px}
+.tdm-tree{margin:8px 0;overflow-x:auto}
+.tdm-tree-grid{display:grid;grid-auto-columns:max-content;gap:4px 6px;align-items:center;font-size:12px}
+.tdm-tree-cell{padding:1px 6px;border-radius:6px;border:1px solid var(--border-color-primary);white-space:nowrap;
+  color:var(--body-text-color)}
+.tdm-tree-cell code{font-family:var(--font-mono)}
+.tdm-tree-root{border-style:dashed;color:var(--body-text-color-subdued)}
+.tdm-tree-kept{background:rgba(34,197,94,.24);border:2px solid #15803d;font-weight:600}
+.tdm-tree-cut{border-style:dotted}
+.tdm-tree-branch.tdm-tree-cut{background:var(--background-fill-secondary)}
+.dark .tdm-tree-kept{background:rgba(74,222,128,.26);border-color:#4ade80}
 """
 
 RACE_CSS = """

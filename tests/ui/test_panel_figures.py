@@ -54,3 +54,23 @@ def test_tokens_copied_from_an_earlier_reply_are_said_beside_the_speedup_and_in_
     plain = panel.counters_html(SLOW_DRAFT, True, claim)  # nothing copied: nothing said
     assert "copied" not in plain and "speedup, measured<" in plain
     assert "copied" not in panel.reply_line(replace(SLOW_DRAFT, lookup_drafted=20, lookup_accepted=10), True, "auto")
+
+
+def test_the_tree_of_a_step_is_drawn_with_its_kept_path_and_said_in_words():
+    from app.engine.decoding.tree import TreeNode
+    from app.engine.events import StepEvent
+    from app.service.runner import Live
+
+    nodes = (TreeNode(-1, " The", True), TreeNode(0, " cat", True), TreeNode(1, " sat", False),
+             TreeNode(2, "<b>", False), TreeNode(1, "\n", True, True))
+    step = StepEvent(step=3, drafted=5, accepted=3, emitted=4, t_draft=0.0, t_verify=0.1, k=4, tree=1,
+                     branch_hit=True, branches=nodes)
+    out = panel.tree_html(step)
+    assert "Tree of pass 4: 4 chain tokens and 1 branch; the target kept 3 of them through a branch" in out
+    assert out.count("tdm-tree-kept") == 3 and out.count("tdm-tree-branch") == 1 and "&lt;b&gt;" in out
+    assert "grid-row:2;grid-column:4" in out and "└ ✓ <code>⏎</code>" in out  # the branch under " sat"
+    assert panel.tree_html(None) == "" and panel.tree_html(StepEvent(0, 3, 3, 4, 0.0, 0.1, 3)) == ""
+    live = Live(speculative=True)
+    live.add(step, 1.0)
+    live.add(StepEvent(step=4, drafted=2, accepted=2, emitted=3, t_draft=0.0, t_verify=0.1, k=4), 2.0)
+    assert live.tree is step  # the last step that verified a tree

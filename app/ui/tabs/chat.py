@@ -308,7 +308,7 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
             sessions.set_live(key, [question, {"role": "assistant", "content": so_far + live.text, "tokens": toks,
                                                "interrupted": True}])
             view = display(asked, streaming, queued)
-            snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved}
+            snapshot = {"summary": live.summary(), "speculative": spec, "resolved": resolved, "tree": live.tree}
             shown_at, cost = time.perf_counter(), time.perf_counter() - t0
             waiting_ = f" · {len(queued)} message{'s' * (len(queued) > 1)} queued" if queued else ""
             yield (view, reply_counters(state, snapshot)[0],
@@ -322,6 +322,7 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
         yield fail(live.error)
         return True, {}, text
     last_run = {"summary": live.summary(), "speculative": spec, "resolved": resolved, "at": time.time(),
+                "tree": live.tree,
                 "messages": messages if mode == ChatMode.CHAT and not start else None, "plain": None}
     counters_view, claim_ = reply_counters(state, last_run)
     toks = before + reply.compact(live.tokens, live.draft_texts)

@@ -68,7 +68,7 @@ def reply_counters(state: AppState, last: dict) -> tuple[str, dict | None]:
     if ref and ref.get("speedup"):
         notes.append(f"Compare with these settings measured {ref['speedup']:.2f}× "
                      f"{speedup.age(time.time() - ref['at'])} on “{str(ref.get('prompt', ''))[:40]}”.")
-    return panel.counters_html(summary, spec, claim, notes), claim
+    return panel.counters_html(summary, spec, claim, notes) + panel.tree_html(last.get("tree")), claim
 
 
 def line_for(last: dict, claim: dict | None) -> str:
