@@ -268,7 +268,8 @@ class _Run:
         target, cfg, track = self.target, self.cfg, self.track
         t_pass = time.perf_counter()
         self.walked = None
-        if draft.siblings and target.tree is not None:
+        if draft.siblings and target.tree is not None and len(self.tokens) + len(draft.tokens) + len(draft.siblings) \
+                <= target.n_ctx:  # (near the context's end the branches are left out)
             return self.verify_tree(draft, target.tree, t_pass)
         batch = [self.tokens[-1]] + draft.tokens
         logits = self.no_end(target.decode(batch, range(len(batch))))

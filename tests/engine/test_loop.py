@@ -323,3 +323,19 @@ def test_a_branch_the_target_turns_down_leaves_the_chains_correction():
     first = [e for e in evs if isinstance(e, TokenEvent) and e.step == 0]
     assert first[-1].kind == "corrected" and first[-1].draft_token == (3 + 3 + 7) % 64
     assert target.cached == PROMPT + list(done_of(evs).tokens)[:-1]
+
+
+def test_near_the_contexts_end_the_branches_are_left_out_not_an_error():
+    """Each node of a tree takes a cell: where the chain fits and its branches would not, the chain alone goes."""
+    class TwoBranches(BranchingProposer):
+        def propose(self, history, k, sampler, rng, sample) -> Draft:
+            draft = super().propose(history, k, sampler, rng, sample)
+            draft.siblings = [Sibling(0, (history[-1] + 9) % self.vocab)] + draft.siblings
+            return draft
+
+    target = FakeTarget(n_ctx=16)
+    evs = events(target, GenConfig(max_tokens=50, sampler=GREEDY, k=4), TwoBranches(64, wrong=2))
+    done = done_of(evs)
+    assert done.reason == "context" and list(done.tokens) == [(3 + i + 1) % 64 for i in range(len(done.tokens))]
+    steps = [e for e in evs if isinstance(e, StepEvent)]
+    assert steps[0].tree == 2 and any(s.drafted and not s.tree for s in steps)  # the last ones verified chains

@@ -84,8 +84,8 @@ class FakeTreePasses:
         depth = [0] * len(tokens)
         for i in range(1, len(tokens)):
             depth[i] = depth[parents[i]] + 1
-        if len(t.cached) + max(depth) + 1 > t.n_ctx:
-            raise ContextFullError(f"a tree of depth {max(depth)} exceeds the context of {t.n_ctx}")
+        if len(t.cached) + len(tokens) > t.n_ctx:  # every node takes a cell, as in a unified KV cache
+            raise ContextFullError(f"a tree of {len(tokens)} tokens exceeds the context of {t.n_ctx}")
         self.base, self.trees = len(t.cached), self.trees + 1
         t.passes += 1
         chain, node = [0], 0
