@@ -101,8 +101,9 @@ class Stats:
         if ev.drafted:
             self.spec_steps += 1
             self.t_verify_spec += ev.t_verify
-            judged = min(ev.accepted + 1, ev.drafted)
-            if ev.accepted < ev.drafted:
+            deep = ev.drafted - ev.tree  # a tree's branches sit beside its chain: positions are its chain's depths
+            judged = min(ev.accepted + 1, deep)
+            if ev.accepted < deep:
                 self.rejections += 1
             _grow(self.tested_at, judged)
             _grow(self.accepted_at, ev.accepted)

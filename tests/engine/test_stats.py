@@ -68,3 +68,16 @@ def test_costs_need_a_baseline_and_drafts_and_median_skips_missing_values():
     assert (c, v) == pytest.approx((0.09375 / 7 * 8, 0.25 / 2 * 8))
     assert bound == leviathan_bound(spec.alpha, spec.mean_k, c, v)
     assert median([None, 3.0, 1.0, None, 2.0]) == 2.0 and median([None]) is None
+
+
+def test_a_tree_steps_positions_are_its_chains_depths():
+    """A tree's branch tokens count as drafted, but positions (alpha, per position) are the chain's depths: a pass
+    that kept its whole chain of 3 beside a branch rejected nothing; one that kept 2 and a branch judged 3."""
+    s = Stats()
+    s.add(StepEvent(step=0, drafted=4, accepted=3, emitted=4, t_draft=0.0, t_verify=0.1, k=3, tree=1))
+    s.add(StepEvent(step=1, drafted=5, accepted=3, emitted=4, t_draft=0.0, t_verify=0.1, k=3, tree=2,
+                    branch_hit=True))
+    out = s.summary()
+    assert out.rejections == 0 and out.tested_at == [2, 2, 2] and out.alpha == 1.0
+    assert (out.tree_steps, out.tree_tokens, out.tree_accepted, out.branch_hits, out.mean_path) == (2, 3, 6, 1, 3.0)
+    assert out.drafted == 9 and out.acceptance_rate == 6 / 9
