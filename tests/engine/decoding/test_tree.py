@@ -52,7 +52,8 @@ def test_the_walk_takes_the_child_equal_to_the_targets_draw_and_says_which_it_tu
 
 def _draft_tree(rng, noise_free: bool = True) -> Tree:
     """The tree drafter's procedure on the made-up draft: a chain of two sampled tokens, each with a sibling drawn
-    from q without the chain's token (whether a sibling exists does not depend on the tokens drawn)."""
+    from q without the chain's token (whether a sibling exists does not depend on the tokens drawn), and the first
+    sibling with a child of its own."""
     tree = Tree()
     q0 = _q(())
     x0 = sample_from(q0, rng)
@@ -63,6 +64,8 @@ def _draft_tree(rng, noise_free: bool = True) -> Tree:
     tree.add(sample_from(rest0, rng), ROOT, rest0)
     rest1 = without(q1, [tree.tokens[1]])
     tree.add(sample_from(rest1, rng), 0, rest1)
+    q2 = _q((tree.tokens[2],))  # the root's branch goes one token deeper (a general tree)
+    tree.add(sample_from(q2, rng), 2, q2)
     return tree
 
 
