@@ -43,6 +43,15 @@ class LookupMemory(StrEnum):
     PAIR = "pair"  # also every earlier request and reply the pair served since it was loaded (editors re-asking)
 
 
+class DraftKind(StrEnum):
+    """How a pair's draft drafts (``Pair.draft_kind``), in the words the app shows beside its file name."""
+
+    MODEL = "draft model"  # a small model of its own, run token by token
+    ASSISTANT = "assistant drafter"  # Gemma-4's assistant: reads the target's cache and rows (drafters/assistant.py)
+    EAGLE3 = "EAGLE-3 head"  # drafts from the inputs of three of the target's layers (drafters/eagle3.py)
+    DFLASH = "DFlash block"  # a whole block in one non-causal pass over the target's layer rows (drafters/dflash.py)
+
+
 class AutoK(StrEnum):
     """K's adaptive setting (``GenConfig.k`` is an integer or this)."""
 

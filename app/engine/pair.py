@@ -23,7 +23,7 @@ from app.engine.control.draftlen import DraftLength
 from app.engine.drafters.kvshare import KvShare, in_use, share_reason
 from app.engine.events import Event
 from app.engine.loop import GenConfig, generate
-from app.engine.names import AUTO_K, ProposerName
+from app.engine.names import AUTO_K, DraftKind, ProposerName
 from app.engine.drafters.mtp import MtpHead, MtpProposer, mtp_reason
 from app.engine.drafters.duo import DuoProposer
 from app.engine.drafters.readcost import ReadCostBook
@@ -101,7 +101,8 @@ class Pair:
             else "a DFlash drafter (it drafts from the target's layer rows)" if isinstance(draft, DFlashModel)
             else "a target of another kind" if not isinstance(self.target, Model) else share_reason(self.target, draft))
         self.kv_share = KvShare(self.target, draft) if draft is not None and self.kv_share_reason is None else None
-        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in (ProposerName.DRAFT, ProposerName.AUTO, ProposerName.TREE)}  # other costs
+        drafting = (ProposerName.DRAFT, ProposerName.AUTO, ProposerName.TREE)  # the controllers that timed the draft
+        self._lengths = {key: ln for key, ln in self._lengths.items() if key[0] not in drafting}
         return old
 
     def proposer_kind(self, cfg: GenConfig) -> str:
@@ -120,7 +121,7 @@ class Pair:
         if self.draft is None:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
         if kind == ProposerName.TREE:  # the draft model's chain with branches (drafters/tree.py)
-            if self.draft_kind != "draft model":
+            if self.draft_kind != DraftKind.MODEL:
                 raise TreeError(f"tree drafts need a draft model of its own; the {self.draft_kind} drafts chains only")
             return TreeProposer(DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share,
                                                    costs=self.read_costs.of(self.draft, in_use(self.kv_share))))
@@ -143,7 +144,7 @@ class Pair:
         return self._mtp
 
     @property
-    def draft_kind(self) -> Optional[str]:
+    def draft_kind(self) -> Optional[DraftKind]:
         """How the draft drafts, for display: "draft model", the assistant drafter (reads the target's cache and
         rows, ``assistant.py``), the EAGLE-3 head or the DFlash block (read the target's layer rows, ``eagle3.py``,
         ``dflash.py``), or None without a draft."""
@@ -153,7 +154,7 @@ class Pair:
             return EAGLE3_LABEL
         if isinstance(self.draft, DFlashModel):
             return DFLASH_LABEL
-        return ASSISTANT_LABEL if isinstance(self.draft, AssistantModel) else "draft model"
+        return ASSISTANT_LABEL if isinstance(self.draft, AssistantModel) else DraftKind.MODEL
 
     @property
     def has_mtp(self) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 from app.engine.llama.backend import ContextFullError
 from app.engine.events import StepEvent
 from app.engine.loop import GenConfig, run
-from app.engine.names import ProposerName
+from app.engine.names import DraftKind, ProposerName
 from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool
 from app.engine.summary import Summary
@@ -157,7 +157,7 @@ def shares_so_far(pair: Pair) -> Optional[tuple[int, int]]:
 def draft_cache(pair: Pair, cfg: GenConfig, shared_from: Optional[tuple[int, int]]) -> Optional[str]:
     """How the draft model came by the history in its cache since ``shared_from`` (:func:`shares_so_far`), for
     the report; None where ``cfg``'s proposer does not use a draft model."""
-    if pair.draft is None or pair.draft_kind != "draft model" \
+    if pair.draft is None or pair.draft_kind != DraftKind.MODEL \
             or cfg.proposer not in (ProposerName.AUTO, ProposerName.DRAFT, ProposerName.TREE):
         return None
     share = pair.kv_share

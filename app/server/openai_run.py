@@ -19,7 +19,7 @@ from app.chat.toolcalls import ToolStyle
 from app.chat.toolparse import ContentDelta, ParsedReply, ToolCallDelta, ToolCallParser
 from app.engine.decoding.grammar import GrammarError
 from app.engine.events import StopReason
-from app.engine.names import ProposerName
+from app.engine.names import DraftKind, ProposerName
 from app.errors import TandemError, api_error
 from app.server import openai_format as F, openai_schema as schema
 from app.service import settings as S
@@ -47,7 +47,7 @@ class Run:
         self.live: Optional[Live] = None
         self.ttft: Optional[float] = None
         self.draft_model = state.pair.draft.path.name if state.pair and state.pair.draft else None
-        if self.draft_model is not None and state.pair.draft_kind != "draft model":
+        if self.draft_model is not None and state.pair.draft_kind != DraftKind.MODEL:
             self.draft_model = f"{self.draft_model} ({state.pair.draft_kind})"  # a Gemma-4 assistant drafter
         if state.pair is not None and self.cfg.proposer == ProposerName.MTP:
             self.draft_model = f"{state.pair.target.path.name} (MTP head)"

@@ -52,6 +52,7 @@ class Metrics:
         running = Gauge("tandem_generation_running", "1 while a generation holds the pair", registry=r)
         running.set_function(lambda: 1.0 if state.generation_lock.locked() else 0.0)
         r.register(_PromptCacheCollector(state))
+        r.register(_DraftCollector(state))
         state.observers.append(self.observe)
 
     def observe(self, done: DoneEvent, cfg: GenConfig) -> None:
@@ -106,3 +107,23 @@ class _PromptCacheCollector:
         yield GaugeMetricFamily("tandem_prompt_cache_entries", "Saved prompt states", value=len(c.entries))
         yield GaugeMetricFamily("tandem_prompt_cache_limit_bytes", "The prompt cache's budget (0: off)",
                                 value=c.budget)
+
+
+class _DraftCollector:
+    """What drafts for the loaded pair, read when scraped: ``tandem_draft_info{draft, kind}`` = 1 (``kind``: the
+    words the app shows, e.g. "draft model", "EAGLE-3 head", "DFlash block"); no sample without a draft file.
+    The token counters' ``drafter="draft"`` counts whatever this names."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self):
+        pair = self.state.pair
+        info = GaugeMetricFamily("tandem_draft_info", "The loaded pair's draft file and how it drafts",
+                                 labels=["draft", "kind"])
+        if pair is not None and pair.draft is not None and pair.draft_kind is not None:
+            info.add_metric([pair.draft.path.name, str(pair.draft_kind)], 1.0)
+        yield info

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import gradio as gr
 
 from app.engine import limits
-from app.engine.names import LookupMemory
+from app.engine.names import DraftKind, LookupMemory
 from app.service import settings as S
 from app.service.state import AppState
 from app.ui import panel
@@ -81,13 +81,13 @@ class Controls:
 def proposer_choices(state: AppState) -> list[tuple[str, str]]:
     """Who may draft for the loaded pair: "MTP (built into the target)" only when its target has an MTP head."""
     pair = state.pair
-    choices = [(pair.draft_kind if pair is not None and pair.draft is not None else "draft model", "draft"),
+    choices = [(pair.draft_kind if pair is not None and pair.draft is not None else DraftKind.MODEL, "draft"),
                ("prompt lookup", "lookup")]  # a Gemma-4 assistant is offered as "assistant drafter"
     if pair is None or pair.draft is not None:
         choices.insert(0, ("auto (both, per step)", "auto"))
     if pair is not None and pair.has_mtp:
         choices.append(("MTP (built into the target)", "mtp"))
-    if pair is None or (pair.draft_kind == "draft model" and pair.target.tree is not None):
+    if pair is None or (pair.draft_kind == DraftKind.MODEL and pair.target.tree is not None):
         choices.append(("tree (the draft model, with branches)", "tree"))
     return choices
 

@@ -1,6 +1,6 @@
 """A DFlash block drafter through the API with the real ``openai`` client and in the app's draft choice, on a made-up
 target and drafter (tests/support/tinydflash.py): the reply equals plain decoding at T = 0, and the drafter is named
-as what it is ("DFlash block") in the API's stats and the Chat's draft choice."""
+as what it is ("DFlash block") in the API's stats, /metrics and the Chat's draft choice."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def test_api_dflash_equals_plain_and_names_the_block(dflash_pair):
     try:
         stats = assert_spec_equals_plain(served.client(), {"proposer": "draft", "k": 3})
         assert stats["draft_model"] == "tiny-dflash.gguf (DFlash block)"
+        status, _, body = served.get("/metrics")  # and /metrics names what its drafter="draft" counters count
+        assert status == 200 and 'tandem_draft_info{draft="tiny-dflash.gguf",kind="DFlash block"} 1.0' in body.decode()
     finally:
         served.close()
 

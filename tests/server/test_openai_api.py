@@ -219,6 +219,7 @@ def test_metrics_parse_and_grow_by_what_a_request_did(base, client):
     per_pos = grew(before, after, "tandem_accepted_tokens_per_pos_total", position=0)
     assert 0 <= per_pos <= grew(before, after, "tandem_draft_tokens_per_pos_total", position=0)
     assert after["tandem_tokens_per_second{}"] > 0
+    assert after['tandem_draft_info{"draft": "SmolLM2-135M-Instruct.Q4_1.gguf", "kind": "draft model"}'] == 1
 
 
 # --- launcher.py serve: the API alone, with a key ------------------------------------------------------------

@@ -38,9 +38,10 @@ import numpy as np
 from app.engine.llama import nextn
 from app.engine.llama.backend import BackendError, LoadOptions, Model
 from app.engine.drafters.mtp import process_entries
+from app.engine.names import DraftKind
 
 ASSISTANT_ARCHS = nextn.ASSISTANT_ARCHS
-LABEL = "assistant drafter"  # how the app names this kind of draft
+LABEL = DraftKind.ASSISTANT  # how the app names this kind of draft
 
 
 class AssistantError(BackendError):

@@ -50,10 +50,10 @@ from app.engine.drafters.readcost import ReadCosts
 from app.engine.llama import eagle3rows
 from app.engine.llama.backend import BackendError, ContextFullError, LoadOptions, Model, RollbackError, common_prefix
 from app.engine.llama.eagle3rows import HeadKind, LayerRows
-from app.engine.names import ProposerName
+from app.engine.names import DraftKind, ProposerName
 
 ARCH = HeadKind.DFLASH.value
-LABEL = "DFlash block"  # how the app names this kind of draft
+LABEL = DraftKind.DFLASH  # how the app names this kind of draft
 DEFAULT_BLOCK = 16  # llama.cpp's driver, where the GGUF names no dflash.block_size
 MAX_BLOCK = 256  # (a block is one batch: n_ubatch at least, non-causal)
 DSPARK_TENSOR = "markov_w1.weight"  # what makes a DFlash GGUF a DSpark one (llama.cpp tells them apart so too)

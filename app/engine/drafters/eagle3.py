@@ -44,9 +44,10 @@ from app.engine.llama.backend import BackendError, ContextFullError, LoadOptions
 from app.engine.llama.eagle3rows import LayerRows
 from app.engine.drafters import assistant
 from app.engine.drafters.mtp import process_entries
+from app.engine.names import DraftKind
 
 ARCH = "eagle3"
-LABEL = "EAGLE-3 head"  # how the app names this kind of draft
+LABEL = DraftKind.EAGLE3  # how the app names this kind of draft
 
 
 class Eagle3Error(BackendError):
