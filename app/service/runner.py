@@ -18,6 +18,7 @@ from typing import Callable, Generator, Optional, Sequence
 from app.engine.events import DoneEvent, StepEvent, StopReason, StrEnum, TokenEvent
 from app.engine.llama.promptcache import Recall
 from app.engine.loop import GenConfig
+from app.engine.names import ProposerName
 from app.engine.pair import Pair
 from app.engine.stats import Stats
 from app.engine.summary import Summary
@@ -56,6 +57,7 @@ class Live:
     pieces: dict = field(default_factory=dict)  # token id → its bytes, for the logprobs' alternatives
     parting: Optional["Parting"] = None  # where two greedy jobs' outputs parted, and how close the target was there
     tree: Optional[StepEvent] = None  # the latest step that verified a tree draft (its nodes: ``branches``)
+    drafter: Optional[str] = None  # what proposed the tokens a model drafted, in words ("EAGLE-3 head"; the inspector's)
 
     @property
     def text(self) -> str:
@@ -89,6 +91,8 @@ class Live:
             self.times.append(now)
         elif isinstance(ev, DraftText):
             self.draft_texts[ev.index] = ev.text
+        elif isinstance(ev, Drafting):
+            self.drafter = ev.words
         elif isinstance(ev, PromptCache):
             self.cached, self.restored = ev.cached, ev.restored
         elif isinstance(ev, Pieces):
@@ -110,6 +114,22 @@ class Live:
 class DraftText:
     index: int  # the corrected token's position in the reply
     text: str  # what the draft had proposed there
+
+
+@dataclass(frozen=True)
+class Drafting:
+    words: Optional[str]  # what drafts for the job's proposer, in words (None: prompt lookup only, or plain)
+
+
+def drafter_words(pair: Pair, cfg: GenConfig) -> Optional[str]:
+    """What proposes the tokens a model drafts under ``cfg`` on ``pair``, as the inspector names it: the target's
+    MTP head, or the draft's kind (a draft model, the assistant drafter, an EAGLE-3 head, a DFlash block); None
+    where only prompt lookup drafts or nothing does."""
+    if not cfg.speculative or pair.proposer_kind(cfg) == ProposerName.LOOKUP:
+        return None
+    if cfg.proposer == ProposerName.MTP and pair.draft is None:
+        return "MTP head"
+    return str(pair.draft_kind) if pair.draft_kind is not None else None
 
 
 @dataclass(frozen=True)
@@ -212,6 +232,7 @@ def stream(state: AppState, prompt: PromptFn, jobs: Sequence[Job], stop: threadi
                     # a cold start (Compare's fair timing) takes nothing from the prompt cache
                     recalled = Recall(0) if job.reset or not tokens else pair.recall(tokens, state.prompt_cache)
                     q.put((PromptCache(recalled.reused, recalled.restored), i, time.perf_counter()))
+                    q.put((Drafting(drafter_words(pair, job.cfg)), i, time.perf_counter()))
                     read = _PromptRead(pair, tokens, recalled.restored, q, i)
                     if job.prefill:
                         pair.prefill(tokens, job.cfg)

@@ -23,7 +23,7 @@ def side_html(title: str, live) -> str:
              "running" if live.running else "queued")
     head = (f'<div class="tdm-side-head"><b>{esc(title)}</b><span class="tdm-timer">{live.elapsed:.1f} s · '
             f'{len(live.tokens)} tok · {tps:.1f} tok/s · {esc(state)}</span></div>')
-    body = markdown_box(compact(live.tokens, live.draft_texts), cursor=live.running,
+    body = markdown_box(compact(live.tokens, live.draft_texts, live.drafter), cursor=live.running,
                         empty="waiting…" if not live.started else "")
     err = status_html(live.error, "error") if live.error else ""
     return f'<div class="tdm-side">{head}{body}{err}</div>'
@@ -42,7 +42,7 @@ def _duration(live) -> float:
 
 def _lane(title: str, live, other: float, nonce: int) -> str:
     total = _duration(live)
-    toks = compact(live.tokens, live.draft_texts)
+    toks = compact(live.tokens, live.draft_texts, live.drafter)
     delays = [f' style="animation-delay:{max(at - live.started, 0.0) * 1000:.0f}ms"' for at in live.times]
     body = markdown_box(toks, extra=lambda i: delays[i] if i < len(delays) else "")
     first = total <= other

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 from markdown_it import MarkdownIt
 
 from app.engine.events import Drafter, TokenEvent
+from app.engine.names import DraftKind
 from app.service.chat import ChatMode
 
 from app.ui.panel import KIND_LABELS, esc, visible
@@ -28,14 +29,17 @@ WINDOW = 400  # how far past the cursor a rendered piece may start (Markdown syn
 _LANG = re.compile(r"[^\w+#.-]")
 
 
-def compact(tokens: Sequence[TokenEvent], draft_texts: Optional[dict] = None) -> list[dict]:
-    """TokenEvents → the dicts the renderer and the chat history keep (JSON-friendly)."""
+def compact(tokens: Sequence[TokenEvent], draft_texts: Optional[dict] = None,
+            drafter: Optional[str] = None) -> list[dict]:
+    """TokenEvents → the dicts the renderer and the chat history keep (JSON-friendly). ``drafter``: what proposed
+    the tokens a model drafted, in words (``runner.drafter_words``); their ``w`` says so ("draft" where unknown)."""
     draft_texts = draft_texts or {}
     out = []
     for t in tokens:
         item = {"t": t.text, "k": t.kind, "s": t.step, "p": t.draft_pos, "q": t.draft_prob}
         if t.drafter is not None:
-            item["w"] = str(t.drafter)
+            item["w"] = drafter if t.drafter == Drafter.MODEL and drafter and drafter != DraftKind.MODEL \
+                else str(t.drafter)
         if t.index in draft_texts:
             item["d"] = draft_texts[t.index]
         out.append(item)
@@ -45,9 +49,16 @@ def compact(tokens: Sequence[TokenEvent], draft_texts: Optional[dict] = None) ->
 def label(tok: dict) -> str:
     """What a screen reader says for a focused token: its text, its kind and which drafter proposed it (the
     page script says the same for the token the arrow keys move to)."""
-    who = {Drafter.LOOKUP: ", proposed by prompt lookup", Drafter.MODEL: ", proposed by the draft model"}
     kind = KIND_LABELS[tok["k"]][0] if tok["k"] in KIND_LABELS else tok["k"]  # the legend's words
-    return f'{tok["t"].strip() or "whitespace"}: {kind}{who.get(tok.get("w"), "")}'
+    return f'{tok["t"].strip() or "whitespace"}: {kind}{proposed_by(tok.get("w"))}'
+
+
+def proposed_by(who: Optional[str]) -> str:
+    """", proposed by …" for a token's ``w`` (the page script's ``proposedBy`` says the same); "" for none."""
+    if not who:
+        return ""
+    return ", proposed by prompt lookup" if who == Drafter.LOOKUP else \
+        f", proposed by the {'draft model' if who == Drafter.MODEL else who}"
 
 
 # A reply is one tab stop: its first token span has tabindex 0 and the arrow keys move along the others (a roving

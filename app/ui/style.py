@@ -164,11 +164,14 @@ HEAD = """<script>
 (() => {
   const KIND = {accepted: "accepted draft", corrected: "target-corrected", bonus: "bonus", plain: "plain"};
   const kindOf = (el) => Object.keys(KIND).find((k) => el.classList.contains("tdm-" + k)) || "";
+  // reply.py's proposed_by: "draft" (older replies) is the draft model; otherwise the words the reply was drafted by
+  const proposedBy = (w) => w === "lookup" ? "proposed by prompt lookup" :
+    "proposed by the " + (w === "draft" ? "draft model" : w);
   function facts(el) {
     const d = el.dataset, out = [];
     if (d.s) out.push("target pass " + d.s);
     if (d.p) out.push("draft position " + d.p);
-    if (d.w) out.push(d.w === "lookup" ? "proposed by prompt lookup" : "proposed by the draft model");
+    if (d.w) out.push(proposedBy(d.w));
     if (d.q && kindOf(el) !== "corrected") out.push("draft p = " + d.q);
     return out;
   }
@@ -216,7 +219,7 @@ HEAD = """<script>
   // A reply's tokens are one tab stop (reply.py's STOP): Left/Right/Home/End move it along the reply's tokens,
   // Enter or Space opens the inspector on the focused one.
   const said = (el) => (el.textContent.trim() || "whitespace") + ": " + (KIND[kindOf(el)] || kindOf(el)) +
-    (el.dataset.w === "lookup" ? ", proposed by prompt lookup" : el.dataset.w ? ", proposed by the draft model" : "");
+    (el.dataset.w ? ", " + proposedBy(el.dataset.w) : "");
   const STEP = {ArrowRight: 1, ArrowLeft: -1, Home: -1e9, End: 1e9};
   document.addEventListener("keydown", (e) => {
     const el = e.target;

@@ -1,6 +1,6 @@
 """An EAGLE-3 head through the API with the real ``openai`` client and in the app's draft choice, on a made-up
 target and head (tests/support/tinyeagle3.py): the reply equals plain decoding at T = 0, and the head is named as
-what it is ("EAGLE-3 head") in the API's stats, /metrics and the Chat's draft choice."""
+what it is ("EAGLE-3 head") in the API's stats, /metrics, the Chat's draft choice and the inspector."""
 
 from __future__ import annotations
 
@@ -39,3 +39,13 @@ def test_api_eagle3_equals_plain_and_names_the_head(eagle3_pair):
 def test_ui_offers_the_eagle3_head_by_name(eagle3_pair):
     choices = controls.proposer_choices(AppState(pair=eagle3_pair, pair_id=None))
     assert ("EAGLE-3 head", "draft") in choices and all(v != "mtp" for _, v in choices)
+
+
+def test_the_inspector_names_the_eagle3_head(eagle3_pair):
+    """A reply's drafted tokens say they were proposed by the EAGLE-3 head (the runner's words for the job)."""
+    from app.engine.loop import GenConfig
+    from app.service.runner import drafter_words
+
+    assert drafter_words(eagle3_pair, GenConfig(proposer="draft", k=3)) == "EAGLE-3 head"
+    assert drafter_words(eagle3_pair, GenConfig(proposer="lookup")) is None
+    assert drafter_words(eagle3_pair, GenConfig(speculative=False)) is None

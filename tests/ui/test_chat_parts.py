@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.engine.events import TokenEvent
+from app.engine.events import Drafter, TokenEvent
 from app.engine.summary import Summary
 from app.ui import panel, race, reply
 from app.service import speedup
@@ -75,6 +75,20 @@ def test_corrected_tokens_carry_what_the_draft_proposed():
     tok = TokenEvent(token=5, text=" cat", kind="corrected", step=2, draft_pos=1, draft_prob=0.42, index=7)
     out = reply.render(reply.compact([tok], {7: " dog"}))
     assert 'data-d="␣dog"' in out and 'data-t="␣cat"' in out and 'data-q="0.42"' in out and 'data-p="2"' in out
+
+
+@pytest.mark.parametrize("drafter, says", [(None, "proposed by the draft model"),
+                                            ("draft model", "proposed by the draft model"),
+                                            ("EAGLE-3 head", "proposed by the EAGLE-3 head"),
+                                            ("DFlash block", "proposed by the DFlash block")])
+def test_a_drafted_token_names_what_proposed_it(drafter, says):
+    """The inspector's and the screen reader's words name the drafter the reply was drafted by; lookup stays lookup."""
+    model = TokenEvent(token=5, text=" cat", kind="accepted", step=0, draft_pos=0, index=0, drafter=Drafter.MODEL)
+    copied = replace(model, text=" dog", index=1, drafter=Drafter.LOOKUP)
+    toks = reply.compact([model, copied], drafter=drafter)
+    assert reply.label(toks[0]).endswith(says) and reply.label(toks[1]).endswith("proposed by prompt lookup")
+    assert toks[0]["w"] == ("draft" if drafter in (None, "draft model") else drafter)  # older replies' "draft" too
+    assert reply.proposed_by("draft") == ", proposed by the draft model"
 
 
 SPEC = Summary(tokens=150, steps=41, spec_steps=41, drafted=133, accepted=128, rejections=4, alpha=0.97, mean_k=3.2,
@@ -176,7 +190,7 @@ def fake_live(times: list[float], start: float = 10.0):
     toks = [TokenEvent(token=i, text=f"w{i} ", kind="accepted", step=i, draft_pos=0, draft_prob=0.9, index=i)
             for i in range(len(times))]
     return SimpleNamespace(tokens=toks, times=[start + t for t in times], started=start, last=start + times[-1],
-                           done=object(), draft_texts={},
+                           done=object(), draft_texts={}, drafter=None,
                            summary=lambda: Summary(tokens=len(times), tokens_per_s=len(times) / times[-1]))
 
 

@@ -303,7 +303,7 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
                 continue  # big replies render less often, so rendering never competes with decoding
             t0 = time.perf_counter()
             queued = sessions.queued(key)
-            toks = before + reply.compact(live.tokens, live.draft_texts)
+            toks = before + reply.compact(live.tokens, live.draft_texts, live.drafter)
             streaming = {"role": "assistant", "tokens": toks, "streaming": status != RunStatus.DONE}
             sessions.set_live(key, [question, {"role": "assistant", "content": so_far + live.text, "tokens": toks,
                                                "interrupted": True}])
@@ -325,7 +325,7 @@ def answer(state: AppState, sessions: Sessions, ctrl: controls.Controls, claim, 
                 "tree": live.tree,
                 "messages": messages if mode == ChatMode.CHAT and not start else None, "plain": None}
     counters_view, claim_ = reply_counters(state, last_run)
-    toks = before + reply.compact(live.tokens, live.draft_texts)
+    toks = before + reply.compact(live.tokens, live.draft_texts, live.drafter)
     line = line_for(last_run, claim_) + (f" · continued after {len(before)} tokens" if start else "")
     hist = asked + [{"role": "assistant", "content": so_far + live.text, "html": reply.render(toks), "tokens": toks,
                      "line": line}]
