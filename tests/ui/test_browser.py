@@ -131,7 +131,8 @@ def settings_say(page, text: str, timeout: float = 60_000) -> None:
 def proposer(page, label: str, says: str) -> None:
     """Pick the proposer labelled ``label`` in Pair settings; Chat's settings line then names it as ``says``."""
     open_tab(page, "Pair settings")
-    page.locator("#tdm-gen-proposer label", has_text=label).click()
+    # the whole label: "draft model" is also inside "tree (the draft model, with branches)"
+    page.locator("#tdm-gen-proposer label", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")).click()
     settings_say(page, f"Pair settings): {says}")
     open_tab(page, "Chat")
 
