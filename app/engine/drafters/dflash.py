@@ -157,16 +157,10 @@ class DFlashModel(Model):
 
     def _load(self, options: LoadOptions) -> None:
         t = self.target
-        if t.model is None or t.ctx is None:
-            raise DFlashError(f"{self.path.name}: the target runs on other machines (RPC); a DFlash drafter reads "
-                              "the target's layer rows and cannot reach them there")
-        if not eagle3rows.BOUND:
-            raise DFlashError(f"{self.path.name}: this llama.cpp library does not export the layer-row functions "
-                              "a DFlash drafter needs")
-        t_arch = t.meta("general.architecture")
-        why = eagle3rows.arch_refusal(t_arch, HeadKind.DFLASH)  # before anything is loaded or turned on
+        why = eagle3rows.target_refusal(t, HeadKind.DFLASH)  # before anything is loaded or turned on
         if why is not None:
             raise DFlashError(f"{self.path.name}: {why}")
+        t_arch = t.meta("general.architecture")
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
         mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE

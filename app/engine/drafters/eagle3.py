@@ -41,7 +41,7 @@ import numpy as np
 
 from app.engine.llama import eagle3rows, nextn
 from app.engine.llama.backend import BackendError, ContextFullError, LoadOptions, Model, RollbackError, common_prefix
-from app.engine.llama.eagle3rows import LayerRows
+from app.engine.llama.eagle3rows import HeadKind, LayerRows
 from app.engine.drafters import assistant
 from app.engine.drafters.mtp import process_entries
 from app.engine.names import DraftKind
@@ -89,16 +89,10 @@ class Eagle3Model(Model):
 
     def _load(self, options: LoadOptions) -> None:
         t = self.target
-        if t.model is None or t.ctx is None:
-            raise Eagle3Error(f"{self.path.name}: the target runs on other machines (RPC); an EAGLE-3 head reads "
-                              "the target's layer rows and cannot reach them there")
-        if not eagle3rows.BOUND:
-            raise Eagle3Error(f"{self.path.name}: this llama.cpp library does not export the layer-row functions "
-                              "an EAGLE-3 head needs")
-        t_arch = t.meta("general.architecture")
-        why = eagle3rows.arch_refusal(t_arch)  # before anything is loaded or turned on
+        why = eagle3rows.target_refusal(t, HeadKind.EAGLE3)  # before anything is loaded or turned on
         if why is not None:
             raise Eagle3Error(f"{self.path.name}: {why}")
+        t_arch = t.meta("general.architecture")
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers < 0 else options.n_gpu_layers
         mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP if options.mmap else L.LLAMA_LOAD_MODE_NONE

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 from enum import Enum
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -81,6 +81,17 @@ def arch_refusal(arch: Optional[str], kind: HeadKind = HeadKind.EAGLE3) -> Optio
     if arch not in LAYER_ROW_ARCHS:
         return f"llama.cpp does not record the layer inputs of {arch} targets, which {kind.reader} reads"
     return None
+
+
+def target_refusal(target: Any, kind: HeadKind) -> Optional[str]:
+    """Why ``target`` (a loaded ``backend.Model``) cannot feed a head of ``kind`` at all, checked before the head is
+    loaded: it runs on other machines, this llama.cpp lacks the layer-row functions, or its arch records no rows."""
+    if target.model is None or target.ctx is None:
+        return (f"the target runs on other machines (RPC); {kind.reader} reads the target's layer rows and cannot "
+                "reach them there")
+    if not BOUND:
+        return f"this llama.cpp library does not export the layer-row functions {kind.reader} needs"
+    return arch_refusal(target.meta("general.architecture"), kind)
 
 
 def refusal(arch: Optional[str], n_layer: int, n_embd: int, layers: Sequence[int], hidden: int,
