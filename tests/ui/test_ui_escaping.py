@@ -43,9 +43,14 @@ class FakeTarget:
 class FakePair:
     """Streams PAYLOAD as tokens of every kind, the way the engine's event stream does."""
 
+    draft_kind = None  # no draft model (the runner names the drafter of a reply's drafted tokens from it)
+
     def __init__(self):
         self.target = FakeTarget()
         self.draft = None
+
+    def proposer_kind(self, cfg):
+        return cfg.proposer
 
     def chat_prompt(self, messages):
         return [1, 2, 3]
