@@ -142,7 +142,8 @@ class Stats:
 
     @property
     def mean_gamma(self) -> float:
-        return self.drafted / self.spec_steps if self.spec_steps else 0.0
+        """Drafted tokens per drafting pass: its chain's depth (a tree's branch tokens sit beside the chain)."""
+        return (self.drafted - self.tree_tokens) / self.spec_steps if self.spec_steps else 0.0
 
     def summary(self, baseline_tps: Optional[float] = None, wall: bool = False) -> Summary:
         """The figures so far; ``wall``: decode time from the clock (``Stats.wall``, the gaps between steps
@@ -194,7 +195,7 @@ def costs(pooled: Summary, baseline_tps: Optional[float]) -> tuple:
     if not baseline_tps or not pooled.drafted or not pooled.spec_steps:
         return None, None, None
     t_target = 1.0 / baseline_tps
-    c = pooled.t_draft / pooled.drafted / t_target
+    c = pooled.t_draft / max(pooled.drafted - pooled.tree_tokens, 1) / t_target  # a tree's branches cost no draft step
     v = pooled.t_verify_spec / pooled.spec_steps / t_target
     return c, v, leviathan_bound(pooled.alpha, pooled.mean_k, c, v)
 

@@ -23,7 +23,7 @@ class Summary:
     acceptance_rate: float = 0.0  # accepted / drafted
     mean_accepted: float = 0.0  # tokens per target pass
     alpha: float = 0.0  # accepted / (accepted + rejections)
-    mean_k: float = 0.0  # drafted tokens per target pass that drafted
+    mean_k: float = 0.0  # drafted tokens per target pass that drafted: the chain's (a tree's branches not counted)
     per_position: list = field(default_factory=list)  # acceptance rate at each draft position
     histogram: list = field(default_factory=list)  # histogram[n] = steps that accepted n tokens
     tested_at: list = field(default_factory=list)

@@ -81,3 +81,12 @@ def test_a_tree_steps_positions_are_its_chains_depths():
     assert out.rejections == 0 and out.tested_at == [2, 2, 2] and out.alpha == 1.0
     assert (out.tree_steps, out.tree_tokens, out.tree_accepted, out.branch_hits, out.mean_path) == (2, 3, 6, 1, 3.0)
     assert out.drafted == 9 and out.acceptance_rate == 6 / 9
+    assert out.mean_k == 3.0  # the chain's depth: what K·c prices (a branch token costs the draft no step)
+
+
+def test_a_trees_draft_cost_is_per_chain_token():
+    """c divides the draft's seconds by its chain's tokens: siblings come from logits the chain already read."""
+    s = Stats()
+    s.add(StepEvent(step=0, drafted=6, accepted=3, emitted=4, t_draft=0.3, t_verify=0.1, k=4, tree=2))
+    c, v, _ = costs(s.summary(), 10.0)
+    assert c == pytest.approx(0.3 / 4 / 0.1) and v == pytest.approx(1.0)
