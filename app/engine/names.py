@@ -25,7 +25,7 @@ class ProposerName(StrEnum):
     DRAFT = "draft"  # the draft model
     LOOKUP = "lookup"  # prompt lookup
     MTP = "mtp"  # the target's own MTP head, or the Gemma-4 assistant
-    TREE = "tree"  # the draft model's chain with branches where it was unsure, verified in one pass (drafters/tree.py)
+    TREE = "tree"  # the drafter's chain (else the MTP head's) with branches where unsure, one pass (drafters/tree.py)
 
 
 class Rule(StrEnum):

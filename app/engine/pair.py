@@ -116,26 +116,30 @@ class Pair:
         if kind == ProposerName.LOOKUP:
             return PromptLookupProposer()
         p_min = cfg.p_min if cfg.k == AUTO_K else 0.0
-        if cfg.proposer == ProposerName.MTP:
-            return MtpProposer(self.mtp_head(), p_min=p_min)
+        if kind == ProposerName.MTP or (kind == ProposerName.TREE and self.draft is None and self.has_mtp):
+            mtp = MtpProposer(self.mtp_head(), p_min=p_min)  # a tree without a draft: the MTP head's, with branches
+            return TreeProposer(mtp) if kind == ProposerName.TREE else mtp
         if self.draft is None:
+            if kind == ProposerName.TREE:
+                raise TreeError("tree drafts need a drafter: this pair has no draft model and its target no MTP head")
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
-        if kind == ProposerName.TREE:  # the draft model's chain with branches (drafters/tree.py)
-            if self.draft_kind != DraftKind.MODEL:
-                raise TreeError(f"tree drafts need a draft model of its own; the {self.draft_kind} drafts chains only")
-            return TreeProposer(DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share,
-                                                   costs=self.read_costs.of(self.draft, in_use(self.kv_share))))
-        model: DraftModelProposer
-        if isinstance(self.draft, DFlashModel):
-            model = DFlashProposer(self.draft, p_min=p_min, costs=self.read_costs.of(self.draft))
-        elif isinstance(self.draft, (AssistantModel, Eagle3Model)):
-            model = MtpProposer(self.draft, p_min=p_min, costs=self.read_costs.of(self.draft))
-        else:
-            costs = self.read_costs.of(self.draft, in_use(self.kv_share))
-            model = DraftModelProposer(self.draft, p_min=p_min, share=self.kv_share, costs=costs)
+        model = self.chain(p_min)
+        if kind == ProposerName.TREE:  # the drafter's chain with branches (drafters/tree.py)
+            return TreeProposer(model)
         if kind != ProposerName.AUTO:
             return model
         return DuoProposer(model, self.lookup_index, self._lookup_acceptance, cfg.lookup_memory)
+
+    def chain(self, p_min: float) -> DraftModelProposer:
+        """The draft's chain proposer: the draft model's, or the assistant's, EAGLE-3 head's or DFlash block's."""
+        draft = self.draft
+        assert draft is not None
+        if isinstance(draft, DFlashModel):
+            return DFlashProposer(draft, p_min=p_min, costs=self.read_costs.of(draft))
+        if isinstance(draft, (AssistantModel, Eagle3Model)):
+            return MtpProposer(draft, p_min=p_min, costs=self.read_costs.of(draft))
+        costs = self.read_costs.of(draft, in_use(self.kv_share))
+        return DraftModelProposer(draft, p_min=p_min, share=self.kv_share, costs=costs)
 
     def mtp_head(self) -> MtpHead:
         """The target's MTP head (its own context, made once); MtpUnavailable says why there is none."""

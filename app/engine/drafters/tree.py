@@ -1,11 +1,14 @@
-"""The tree drafter: the draft model's chain, with a second child wherever the draft was unsure.
+"""The tree drafter: a drafter's chain, with a second child wherever the draft was unsure.
 
-The draft model drafts its chain as always (``draftmodel.py``). At each position where its top probability is
-under ``P_SPLIT`` it also proposes its runner-up, a sibling of the chain's token: the tree is the chain plus
-these one-token branches, verified in one target pass (``decoding/tree.py``, ``llama/treekv.py``). A sibling
-costs the draft nothing more (its logits are already there) and the target one more row; where the target turns
-the chain's token down and takes the sibling, the step keeps one token more (the sibling, then the target's own
-token after it) than the chain would have.
+The drafter drafts its chain as always: the draft model (``draftmodel.py``), or a head that gives a distribution per
+drafted position through the same proposer: the target's MTP head, the assistant drafter, the EAGLE-3 head
+(``mtp.py``, ``assistant.py``, ``eagle3.py``) or the DFlash block (``dflash.py``). At each position where its top
+probability is under ``P_SPLIT`` it also proposes its runner-up, a sibling of the chain's token: the tree is the
+chain plus these one-token branches, verified in one target pass (``decoding/tree.py``, ``llama/treekv.py``, which
+also keeps the target's rows that the heads read along the kept path). A sibling costs the draft nothing more (its
+logits are already there) and the target one more row; where the target turns the chain's token down and takes
+the sibling, the step keeps one token more (the sibling, then the target's own token after it) than the chain
+would have.
 
 The runner-up is drawn as the verification rule needs it: at temperature 0 (and for sample-and-match) it is the
 second most likely token; with the coupled rule the second-best Gumbel-max score under the position's noise;
@@ -38,7 +41,8 @@ P_SPLIT = 0.8  # a position gets a sibling where the draft's top probability is 
 
 
 class TreeProposer(ProposerBase):
-    """Drafts a chain with the draft model and siblings where it was unsure (see the module docstring)."""
+    """Drafts a chain with ``chain`` (the draft model's proposer or a head's) and siblings where it was unsure (see
+    the module docstring)."""
 
     name: str = ProposerName.TREE
     couples = True

@@ -115,7 +115,7 @@ class Model(Closable):
         self.recurrent_memory = RecurrentMemory(self.ctx, self.n_rs_seq) if self.recurrent else None
         self._batch = L.llama_batch_init(max(self.n_batch, 1), 0, 1)
         self.hidden = nextn.tap(self.model, self.ctx, self.meta("general.architecture"), options.load_mtp)
-        self.tree, self.tree_refusal = TreeKv.open(self, self.recurrent, self.hidden is not None)
+        self.tree, self.tree_refusal = TreeKv.open(self, self.recurrent)
 
     def _load(self, options: LoadOptions) -> None:
         mparams = L.llama_model_default_params()

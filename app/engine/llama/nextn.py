@@ -94,6 +94,11 @@ class HiddenRows:
         self._room(len(rows))
         self.buf[:len(rows)] = rows
 
+    def keep_path(self, base: int, nodes: list[int]) -> None:
+        """After a tree pass recorded its rows by batch index from ``base`` (``treekv.py``): the rows of batch
+        indices ``nodes`` (the kept path, the root first) at positions ``base`` onward; the rest are stale."""
+        self.buf[base:base + len(nodes)] = self.buf[[base + v for v in nodes]]  # (a fancy index copies first)
+
     def _room(self, n: int) -> None:
         if n > len(self.buf):
             grown = np.zeros((max(n, 2 * len(self.buf), 256), self.n_embd), dtype=np.float32)

@@ -18,6 +18,13 @@ the sequence id to the cells' metadata and copies no data. After the pass the ac
 to 0 over the path's positions) and every branch sequence is removed (``seq_rm(s, -1, -1)``), which frees the
 cells only they held. llama.cpp's own tree example (``examples/speculative``) does the same with ``seq_keep``.
 
+A target that keeps rows for a head (``Model.hidden``: an MTP head's or an assistant drafter's NextN rows, an
+EAGLE-3 head's or a DFlash drafter's layer-input rows) records them for the tree pass too: llama.cpp writes one row
+per token of the batch, in batch order (a unified cache splits a batch in order), so they go in at the root's
+position onward as the batch lies, and :meth:`TreeKv.keep` moves the kept path's rows to its positions, a
+sibling's included. The rows a head reads next are then those a chain pass over the kept path would have
+recorded, and so are its drafts.
+
 Recurrent and hybrid memory keep one state per sequence rather than cells (``src/llama-memory-recurrent.cpp``):
 a branch there would need a state of its own for every sequence and node, a different problem; such models get
 no tree (``Model.tree`` is None, ``tree_refusal`` says why, and the loop refuses in one line).
@@ -48,12 +55,10 @@ def tree_params(cparams: Any, model: Any, seqs: int) -> None:
         cparams.n_seq_max, cparams.kv_unified = seqs, True
 
 
-def tree_refusal(recurrent: bool, hidden_rows: bool, ctx: Any) -> Optional[str]:
+def tree_refusal(recurrent: bool, ctx: Any) -> Optional[str]:
     """Why a context cannot verify trees (None: it can)."""
     if recurrent:
         return "its recurrent/hybrid memory keeps one state per sequence, not cells that branches can share"
-    if hidden_rows:
-        return "its MTP head drafts from rows recorded one sequence at a time"
     return "its context was created with one sequence" if L.llama_n_seq_max(ctx) < 2 else None
 
 
@@ -70,9 +75,9 @@ class TreeKv:
         self.base = 0  # the root's position
 
     @classmethod
-    def open(cls, model: Any, recurrent: bool, hidden_rows: bool) -> tuple[Optional["TreeKv"], Optional[str]]:
+    def open(cls, model: Any, recurrent: bool) -> tuple[Optional["TreeKv"], Optional[str]]:
         """(the model's tree passes, None), or (None, why it has none)."""
-        why = tree_refusal(recurrent, hidden_rows, model.ctx)
+        why = tree_refusal(recurrent, model.ctx)
         return (cls(model) if why is None else None), why
 
     def close(self) -> None:
@@ -82,7 +87,8 @@ class TreeKv:
         """Append the tree ``tokens`` (index 0: the root, the pending token that continues the cache;
         ``parents`` by index) in one pass; the logits of every token (row ``i`` follows token ``i``'s path), a view
         of llama.cpp's buffer valid until the next pass. Afterwards the cache's sequence 0 holds the history and
-        the main chain (``model.cached`` says so); :meth:`keep` keeps one path."""
+        the main chain (``model.cached`` says so; its head rows, ``model.hidden``, lie by batch index until
+        :meth:`keep`); :meth:`keep` keeps one path."""
         m, n = self.model, len(tokens)
         seqs = leaf_seqs(parents)
         if len(seqs[0]) > self.seqs:
@@ -115,11 +121,13 @@ class TreeKv:
         self.node_seqs, self.base = seqs, base
         m.cached.extend(tokens[i] for i in range(n) if 0 in seqs[i])
         m.decoded += n
+        if m.hidden is not None:  # by batch index from the root's position: :meth:`keep` puts the path's in place
+            m.hidden.record(base, n)
         return np.ctypeslib.as_array(L.llama_get_logits(m.ctx), shape=(n, m.n_vocab))
 
     def keep(self, tokens: Sequence[int], path: Sequence[int]) -> None:
         """After :meth:`decode` of ``tokens``: keep the root and the nodes ``path`` (batch indices, the root's child
-        first) in sequence 0, and nothing else of the tree."""
+        first) in sequence 0, and nothing else of the tree; the target's head rows follow the path."""
         m, seqs, base = self.model, self.node_seqs, self.base
         chain = [i for i in range(len(seqs)) if 0 in seqs[i]]  # the main chain, the root first
         nodes = [0] + list(path)
@@ -132,6 +140,8 @@ class TreeKv:
         self._drop_branches()
         del m.cached[base:]
         m.cached.extend(tokens[v] for v in nodes)
+        if m.hidden is not None:
+            m.hidden.keep_path(base, nodes)
 
     def _drop_branches(self) -> None:
         """Remove every branch sequence (1 ..): the cells only they held are freed."""
