@@ -127,7 +127,7 @@ def drafter_words(pair: Pair, cfg: GenConfig) -> Optional[str]:
     where only prompt lookup drafts or nothing does."""
     if not cfg.speculative or pair.proposer_kind(cfg) == ProposerName.LOOKUP:
         return None
-    if cfg.proposer == ProposerName.MTP and pair.draft is None:
+    if cfg.proposer in (ProposerName.MTP, ProposerName.TREE) and pair.draft is None:
         return "MTP head"
     return str(pair.draft_kind) if pair.draft_kind is not None else None
 

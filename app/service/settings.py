@@ -41,7 +41,7 @@ PROPOSER_WORDS: dict[str, tuple[str, str]] = {
     ProposerName.LOOKUP: ("prompt lookup", "prompt lookup"),
     ProposerName.MTP: ("the target's MTP head", "MTP head"),
     ProposerName.AUTO: ("auto (prompt lookup or the draft model, per step)", "auto"),
-    ProposerName.TREE: ("the draft model's tree (a branch where it is unsure, verified in the same pass)", "tree"),
+    ProposerName.TREE: ("the drafter's tree (a branch where it is unsure, verified in the same pass)", "tree"),
 }
 
 

@@ -79,7 +79,9 @@ class Controls:
 
 
 def proposer_choices(state: AppState) -> list[tuple[str, str]]:
-    """Who may draft for the loaded pair: "MTP (built into the target)" only when its target has an MTP head."""
+    """Who may draft for the loaded pair: "MTP (built into the target)" only when its target has an MTP head, and
+    "tree (the <drafter>, with branches)" where its target verifies trees and it has a drafter (the draft, else the
+    MTP head)."""
     pair = state.pair
     choices = [(pair.draft_kind if pair is not None and pair.draft is not None else DraftKind.MODEL, "draft"),
                ("prompt lookup", "lookup")]  # a Gemma-4 assistant is offered as "assistant drafter"
@@ -87,8 +89,9 @@ def proposer_choices(state: AppState) -> list[tuple[str, str]]:
         choices.insert(0, ("auto (both, per step)", "auto"))
     if pair is not None and pair.has_mtp:
         choices.append(("MTP (built into the target)", "mtp"))
-    if pair is None or (pair.draft_kind == DraftKind.MODEL and pair.target.tree is not None):
-        choices.append(("tree (the draft model, with branches)", "tree"))
+    drafter = DraftKind.MODEL if pair is None else pair.draft_kind or ("MTP head" if pair.has_mtp else None)
+    if drafter is not None and (pair is None or pair.target.tree is not None):  # the drafter's tree (drafters/tree.py)
+        choices.append((f"tree (the {drafter}, with branches)", "tree"))
     return choices
 
 

@@ -39,3 +39,4 @@ def test_api_dflash_equals_plain_and_names_the_block(dflash_pair):
 def test_ui_offers_the_dflash_block_by_name(dflash_pair):
     choices = controls.proposer_choices(AppState(pair=dflash_pair, pair_id=None))
     assert ("DFlash block", "draft") in choices and all(v != "mtp" for _, v in choices)
+    assert ("tree (the DFlash block, with branches)", "tree") in choices  # its chain, with branches

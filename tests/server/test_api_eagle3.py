@@ -39,6 +39,7 @@ def test_api_eagle3_equals_plain_and_names_the_head(eagle3_pair):
 def test_ui_offers_the_eagle3_head_by_name(eagle3_pair):
     choices = controls.proposer_choices(AppState(pair=eagle3_pair, pair_id=None))
     assert ("EAGLE-3 head", "draft") in choices and all(v != "mtp" for _, v in choices)
+    assert ("tree (the EAGLE-3 head, with branches)", "tree") in choices  # its chain, with branches
 
 
 def test_the_inspector_names_the_eagle3_head(eagle3_pair):

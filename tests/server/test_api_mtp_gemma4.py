@@ -37,3 +37,4 @@ def test_api_gemma4_assistant_equals_plain(gemma4_pair):
 def test_ui_offers_the_assistant_drafter_by_name(gemma4_pair):
     choices = controls.proposer_choices(AppState(pair=gemma4_pair, pair_id=None))
     assert ("assistant drafter", "draft") in choices and all(v != "mtp" for _, v in choices)
+    assert ("tree (the assistant drafter, with branches)", "tree") in choices  # its chain, with branches

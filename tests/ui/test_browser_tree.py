@@ -22,7 +22,7 @@ def page(browser):  # noqa: F811 - the shared browser fixture
 
 def test_the_panel_draws_the_last_steps_tree_and_the_path_the_target_kept(page, browser):  # noqa: F811
     setting(page, "k", "4", "K 4")  # a fixed K offers branches wherever the draft is unsure
-    proposer(page, "tree (the draft model, with branches)", "the draft model's tree")
+    proposer(page, "tree (the draft model, with branches)", "the drafter's tree")
     try:
         clear(page)
         set_slider(page, "tdm-chat-max-tokens", 64)
@@ -45,7 +45,7 @@ def test_the_panel_draws_the_last_steps_tree_and_the_path_the_target_kept(page, 
         dark = open_page(browser, "?__theme=dark", 1440, 900)
         try:
             setting(dark, "k", "4", "K 4")
-            proposer(dark, "tree (the draft model, with branches)", "the draft model's tree")
+            proposer(dark, "tree (the draft model, with branches)", "the drafter's tree")
             clear(dark)
             set_slider(dark, "tdm-chat-max-tokens", 64)
             send(dark, "Write a short poem about the sea and the wind.")

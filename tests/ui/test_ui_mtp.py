@@ -17,3 +17,4 @@ def test_ui_mtp_choice_only_for_a_target_with_a_head(tmp_path, smol_paths):
             choices = controls.proposer_choices(AppState(pair=pair, pair_id=None))
             assert (("MTP (built into the target)", "mtp") in choices) is offered
             assert controls._offered("mtp", choices) == ("mtp" if offered else "draft")
+            assert all(v != "tree" for _, v in choices)  # a hybrid target verifies no trees (treekv.py)
