@@ -1,12 +1,12 @@
-"""Tree drafts from the heads that read the target's rows (drafters/tree.py over an EAGLE-3 head, a DFlash block, the
-Gemma-4 assistant; llama/treekv.py keeping the rows they read along the kept path), through the real loop on
-made-up pairs: greedy output equals plain decoding with branches taken and rejections, the drafts after a step
-whose kept path ended on a sibling equal a fresh head's fed the same history, the target's law at T = 1, and
-the MTP head's trees (refused in one line on a hybrid target, the only MTP arch the suite can make)."""
+"""Tree drafts from the heads that read the target's rows (drafters/tree.py over the MTP head, an EAGLE-3 head, a
+DFlash block, the Gemma-4 assistant; llama/treekv.py keeping the rows they read along the kept path), through the
+real loop on made-up pairs: greedy output equals plain decoding with branches taken and rejections, the drafts
+after a step whose kept path ended on a sibling equal a fresh head's fed the same history, the target's law at
+T = 1, and the one-line refusals (an MTP head on a hybrid target, a pair with no drafter)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ from app.engine.decoding.sampling import SamplerSettings
 from app.engine.drafters.assistant import AssistantModel
 from app.engine.drafters.dflash import DFlashModel
 from app.engine.drafters.eagle3 import Eagle3Model
-from app.engine.drafters.mtp import MtpProposer
+from app.engine.drafters.mtp import MtpHead, MtpProposer
 from app.engine.drafters.tree import TreeProposer
 from app.engine.events import DoneEvent, StepEvent
 from app.engine.llama.backend import Model
@@ -28,17 +28,23 @@ from support.mtpcheck import plain_tokens
 from support.tinydflash import write_dflash, write_target
 from support.tinyeagle3 import write_eagle3, write_llama
 from support.tinygemma4 import write_gemma4, write_gemma4_assistant
+from support.tinyglm4mtp import write_glm4moe_mtp
 from support.tinymtp import write_qwen35_mtp
 
 GREEDY = SamplerSettings(temperature=0.0)
 PROMPT = "Once upon a time, in a land far away, there was"
 P_SPLIT = 0.95  # a sibling wherever the head's top-1 is under this: most positions of these made-up heads
-# each head's files (target, head), its class (a fresh head beside a fresh target gives the reference drafts) and
-# the χ² test's prompt: one where the made-up head's runner-up at the first position is often the target's draw
-HEADS: dict[str, tuple[Callable, Callable, Any, str]] = {
-    "eagle3": (write_llama, write_eagle3, Eagle3Model, "In the beginning"),
-    "dflash": (write_target, write_dflash, DFlashModel, "The weather today is"),
-    "assistant": (write_gemma4, write_gemma4_assistant, AssistantModel, "The weather today is"),
+# each head's files (target, head: None for the target's own MTP head), how a fresh head beside a fresh target is
+# made (the reference drafts) and the χ² test's prompt: one where the made-up head's runner-up at the first
+# position is often the target's draw
+HEADS: dict[str, tuple[Callable, Optional[Callable], Callable[[Any, Model], Any], str]] = {
+    "mtp": (write_glm4moe_mtp, None, lambda _, fresh: MtpHead(fresh), PROMPT),
+    "eagle3": (write_llama, write_eagle3, lambda f, fresh: Eagle3Model(f, load_options(n_ctx=1024), fresh),
+               "In the beginning"),
+    "dflash": (write_target, write_dflash, lambda f, fresh: DFlashModel(f, load_options(n_ctx=1024), fresh),
+               "The weather today is"),
+    "assistant": (write_gemma4, write_gemma4_assistant,
+                  lambda f, fresh: AssistantModel(f, load_options(n_ctx=1024), fresh), "The weather today is"),
 }
 
 
@@ -48,7 +54,8 @@ def head_pair(request, tmp_path_factory, smol_paths):
     name = request.param
     write_t, write_h = HEADS[name][:2]
     d = tmp_path_factory.mktemp(f"tree-{name}")
-    target, head = write_t(d / "target.gguf", smol_paths[1], seed=1), write_h(d / "head.gguf", smol_paths[1], seed=1)
+    target = write_t(d / "target.gguf", smol_paths[1], seed=1)
+    head = write_h(d / "head.gguf", smol_paths[1], seed=1) if write_h is not None else None
     pair = Pair.load(target, head, load_options(n_ctx=1024))
     with Model(target, load_options(n_ctx=1024)) as fresh:
         yield name, pair, fresh, head
@@ -105,7 +112,7 @@ def test_greedy_head_trees_equal_plain_and_drafts_after_a_sibling_equal_a_fresh_
             after.add(ends)
     checked = [c for c in spec.calls if len(c[0]) in after]
     assert checked, name
-    with HEADS[name][2](head_file, load_options(n_ctx=1024), fresh) as ref:
+    with HEADS[name][2](head_file, fresh) as ref:
         for history, drafted in checked + spec.calls[1::4]:
             fresh.reset()
             fresh.sync(history[:-1], need_logits=False)
