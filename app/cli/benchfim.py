@@ -13,6 +13,7 @@ from app.cli.args import reproduce_command
 from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.lab.fimbench import SLOW, RequestBenchResult, run_requests
+from app.lab.parting import parting_words
 from app.lab.replay import PERFECT
 from app.lab.prompts import Prompt
 from app.numfmt import fmt as _f
@@ -102,9 +103,8 @@ def format_requests(r: RequestBenchResult) -> str:
         lines.append("  every completion identical to plain decoding" if m.identical else
                      "  completions that differ from plain decoding:")
         for mm in m.mismatches:
-            why = "a near-tie, which kernels may round either way" if mm["near_tie"] else "not a near-tie: a fault"
-            lines.append(f"    {mm['prompt']} at token {mm['position']} (top-1/top-2 logit gap {mm['gap']:.3g}: "
-                         f"{why}); {mm['tokens']} tokens against plain's {mm['plain_tokens']}")
+            lines.append(f"    {mm['prompt']} at token {mm['position']} ({parting_words(mm)}); {mm['tokens']} tokens "
+                         f"against plain's {mm['plain_tokens']}")
         if m.other_lengths:
             lines.append(f"  {len(m.other_lengths)} of them wrote a completion of another length: their times (in "
                          "p50_ratio too) compare different texts, not speculation")

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-import numpy as np
-
 from app.engine.llama.backend import ContextFullError
 from app.engine.events import StepEvent
 from app.engine.loop import GenConfig, run
@@ -26,6 +24,7 @@ from app.engine.pair import Pair
 from app.engine.stats import costs, median, pool
 from app.engine.summary import Summary
 from app.lab.benchguard import GUARD, flagged, unsteady, where
+from app.lab.parting import divergence
 from app.lab.prompts import Prompt
 
 
@@ -47,33 +46,6 @@ def measure(pair: Pair, tokens: Sequence[int], cfg: GenConfig, forget: bool = Tr
     steps: list[StepEvent] = []
     out, stats = run(pair.target, tokens, cfg, pair.proposer(cfg), length=pair.draft_length(cfg), steps=steps)
     return RunResult(out, stats, steps)
-
-
-# logits: where greedy speculation and plain decoding part, the target's top two must be closer than this. A
-# batched verify pass and a one-token step sum in different orders on different kernels (GPUs and x86 CPUs
-# alike), so a near-tie may break either way: partings were seen at gaps up to 0.086; a real choice is worth
-# whole logits.
-NEAR_TIE = 0.1
-
-
-def divergence(pair: Pair, prompt: Sequence[int], plain: Sequence[int], spec: Sequence[int]) -> Optional[dict]:
-    """First position where two outputs differ and the target's top-1 minus top-2 logit there, on the row plain
-    decoding computed: the prompt prefilled less its last token, then one-token steps (a batched pass rounds
-    that row differently on quantised kernels — by 0.28 in one logit on a 2-core EPYC — so a gap read from
-    one would misjudge a near-tie). Costs up to ``len(plain)`` single steps, only where outputs differ."""
-    pos = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
-    if pos is None:
-        if len(plain) == len(spec):
-            return None
-        pos = min(len(plain), len(spec))
-    pair.reset()
-    pair.target.sync(list(prompt[:-1]), need_logits=False)
-    logits = None
-    for tok in [prompt[-1]] + list(plain[:pos]):
-        logits = pair.target.decode([tok])[0]
-    assert logits is not None
-    top2 = np.partition(logits, -2)[-2:]
-    return {"position": pos, "gap": float(abs(top2[1] - top2[0]))}
 
 
 REFERENCES = ("bare", "bare-spec", "llama-cpp-lookup", "local")
@@ -273,7 +245,7 @@ class BenchResult:
     mean_accepted: Optional[float]
     alpha: Optional[float]
     identical: Optional[bool]  # None at T > 0
-    mismatches: list  # {"prompt", "position", "gap"}
+    mismatches: list  # {"prompt", "position", "gap", "rounding", "near_tie"} (``parting.divergence``)
     c: Optional[float]
     v: Optional[float]
     bound: Optional[float]

@@ -30,7 +30,8 @@ from app.engine.loop import GenConfig
 from app.engine.pair import Pair
 from app.engine.stats import pool
 from app.engine.summary import Summary
-from app.lab.bench import NEAR_TIE, PRIVATE, divergence, public_dict
+from app.lab.bench import PRIVATE, public_dict
+from app.lab.parting import divergence
 from app.lab.fimrequest import Request, infill_rules, request
 from app.lab.prompts import Prompt, require_fim
 from app.lab.replay import PERFECT, ReplayProposer
@@ -219,8 +220,6 @@ def _mode_row(pair: Pair, tokens: list[int], plain: list[Request], runs: list[Re
     mismatch = None
     if bad is not None:
         mismatch = divergence(pair, tokens, plain[0].tokens, bad.tokens)
-        if mismatch is not None:
-            mismatch["near_tie"] = mismatch["gap"] < NEAR_TIE
     ttfts = [r.ttft_s for r in runs if r.ttft_s is not None]
     return ModeRow(median_s=med, ttft_s=statistics.median(ttfts) if ttfts else None, tokens=len(runs[0].tokens),
                    end=str(runs[0].end), speedup=speedup,

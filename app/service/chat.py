@@ -189,6 +189,8 @@ def compare_payload(plain: Live, spec: Live, resolved: dict, order: str, prompt:
         # the target's top-two gap there: a near-tie is rounding, not a fault (greedy runs only)
         "first_difference_gap": spec.parting.gap if spec.parting and not identical else None,
         "near_tie": spec.parting.near_tie if spec.parting and not identical else None,
+        # how far batched passes moved the target's top-two gaps along the same text (what a near-tie is judged by)
+        "first_difference_rounding": spec.parting.rounding if spec.parting and not identical else None,
         "speedup": s_tps / p_tps if p_tps and s_tps else None,
         "acceptance_rate": ss.acceptance_rate if ss.drafted else None,  # nothing drafted: no acceptance to show
         "mean_accepted": ss.mean_accepted,

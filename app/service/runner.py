@@ -23,7 +23,7 @@ from app.engine.pair import Pair
 from app.engine.stats import Stats
 from app.engine.summary import Summary
 from app.errors import NoPairLoaded, ui_message
-from app.lab.bench import NEAR_TIE, divergence
+from app.lab.parting import divergence
 from app.service.state import AppState
 
 _START, _END = "start", "end"
@@ -142,10 +142,8 @@ class PromptCache:
 class Parting:
     position: int  # the first token where the outputs differ
     gap: float  # the target's top-1 minus top-2 logit there
-
-    @property
-    def near_tie(self) -> bool:
-        return self.gap < NEAR_TIE
+    near_tie: bool  # the gap is under what batched passes measurably move this reply's gaps (``parting.py``)
+    rounding: Optional[float] = None  # that measured move
 
 
 @dataclass(frozen=True)
@@ -304,7 +302,7 @@ def _parting(pair: Pair, tokens: Sequence[int], jobs: Sequence[Job], dones: Sequ
     if len(dones) != 2 or len(jobs) != 2 or not all(j.cfg.sampler.greedy for j in jobs):
         return None
     parted = divergence(pair, tokens, dones[0].tokens, dones[1].tokens)
-    return None if parted is None else Parting(parted["position"], parted["gap"])
+    return None if parted is None else Parting(parted["position"], parted["gap"], parted["near_tie"], parted["rounding"])
 
 
 def _notify(state: AppState, done: DoneEvent, cfg: GenConfig) -> None:

@@ -318,7 +318,7 @@ def compare_row_html(result: dict, spec: Optional[Summary] = None) -> str:
         badge = '<span class="tdm-badge tdm-badge-ok">✓ identical output</span>'
     elif result.get("identical") is False and result.get("first_difference") is not None:
         badge = _parting_badge(int(result["first_difference"]) + 1, result.get("first_difference_gap"),
-                               bool(result.get("near_tie")))
+                               bool(result.get("near_tie")), result.get("first_difference_rounding"))
     else:
         badge = '<span class="tdm-badge">sampled (T &gt; 0): outputs are not expected to match</span>'
     order = esc(result.get("order", ""))
@@ -327,15 +327,17 @@ def compare_row_html(result: dict, spec: Optional[Summary] = None) -> str:
             f'<span class="tdm-muted">order: {order}</span></div>')
 
 
-def _parting_badge(token: int, gap: Optional[float], near_tie: bool) -> str:
+def _parting_badge(token: int, gap: Optional[float], near_tie: bool, rounding: Optional[float] = None) -> str:
     if gap is None:
         return f'<span class="tdm-badge tdm-badge-diff">✗ outputs differ from token {token}</span>'
+    measured = (f" (batched passes moved this reply's top-two gaps by up to {rounding:.2g} on this machine)"
+                if rounding is not None else "")
     if near_tie:  # rounding, not a fault: say so, or the user would distrust every other token
         why = (f"the target's top two choices there were {gap:.3g} logits apart, a near-tie that a batched pass "
-               "and a one-token step may round either way")
+               f"and a one-token step may round either way{measured}")
         return (f'<span class="tdm-badge tdm-badge-tie" title="{esc(why)}">≈ identical until a near-tie at token '
                 f'{token} (gap {gap:.2g})</span>')
-    why = f"the target's top two choices there were {gap:.3g} logits apart: not a rounding tie"
+    why = f"the target's top two choices there were {gap:.3g} logits apart: not a rounding tie{measured}"
     return (f'<span class="tdm-badge tdm-badge-diff" title="{esc(why)}">✗ outputs differ from token {token} '
             f'(gap {gap:.2g}: not a near-tie)</span>')
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from app.engine.events import DoneEvent, StepEvent, TokenEvent
 from app.engine.loop import GenConfig, generate
-from app.lab.bench import NEAR_TIE, divergence  # the app's own rule (bench and Compare say "a near-tie" by it)
+from app.lab.parting import NEAR_TIE, divergence  # the app's own rule (bench and Compare say "a near-tie" by it)
 from app.testing import gpu_layers
 
 
