@@ -15,7 +15,8 @@ from app.engine.drafters.assistant import LABEL as ASSISTANT_LABEL, is_assistant
 from app.engine.drafters.mtp import mtp_reason
 from app.engine.decoding.sampling import SamplerSettings
 from app.engine.names import AUTO_K, ProposerName
-from app.lab.bench import NEAR_TIE, REFERENCES, BenchConfig, BenchResult, run_bench
+from app.lab.bench import REFERENCES, BenchConfig, BenchResult, run_bench
+from app.lab.parting import parting_words
 from app.lab.drafters import compare_drafters, format_comparison
 from app.lab.benchguard import words as where_words
 from app.lab.prompts import PromptFileError, has_infill, load_prompts, require_fim
@@ -109,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
         missing = [str(f) for f in (target, draft) if f is not None and not f.is_file()]
         if missing:
             fail("no such file: " + ", ".join(missing))
-        if draft is None and {ProposerName.DRAFT, ProposerName.TREE} & set(args.proposers):
-            fail("--target needs --draft (or --proposer lookup, or mtp for a target with an MTP head)")
+        if draft is None and ProposerName.DRAFT in args.proposers:
+            fail("--target needs --draft (or --proposer lookup, or mtp or tree for a target with an MTP head)")
         pair_id = None
     else:
         entry, target, draft = ensure_pair(args.pair)
@@ -262,7 +263,5 @@ def format_table(r: BenchResult) -> str:
                      f"machine during some runs: their ratios may flatter either mode; rerun on a quiet machine):")
         lines.extend(f"  {p.id}: {p.unsteady}" for p in r.per_prompt if p.unsteady)
     for m in r.mismatches:
-        why = "a near-tie, which kernels may round either way" if m["gap"] < NEAR_TIE else "not a near-tie: a fault"
-        lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} (top-1/top-2 logit gap {m['gap']:.3g}:"
-                     f" {why})")
+        lines.append(f"mismatch: prompt {m['prompt']} at token {m['position']} ({parting_words(m)})")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ import pytest
 from app.models import meta
 from support.tinydflash import write_dflash, write_target
 from support.tinyeagle3 import write_eagle3, write_llama
+from support.tinyglm4mtp import write_glm4moe_mtp
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +65,16 @@ def test_bench_refuses_a_head_beside_a_target_without_layer_rows_in_one_line(fil
     assert proc.stderr.splitlines() == [f"error: {files[draft].name}: llama.cpp does not record the layer inputs of "
                                         f"gemma3 targets, which {reader} reads"]
     assert proc.stdout == ""  # refused before the target was loaded (nothing placed, nothing run)
+
+
+def test_bench_tree_on_a_target_with_an_mtp_head_and_no_draft(tmp_path, smol_paths):
+    """``--proposer tree`` with ``--target`` alone: the target's MTP head drafts the chain and its branches (a made-up
+    GLM-4.5 with an MTP block, attention only), and the output equals plain decoding."""
+    target = write_glm4moe_mtp(tmp_path / "tiny-glm-mtp.gguf", smol_paths[1])
+    proc = bench(tmp_path, "--target", str(target), "--proposer", "tree", "--k", "3", "--max-tokens", "24",
+                 "--suite", "code")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "tree: " in out and "branch tokens beside the chain" in out, out
+    median = next(line for line in out.splitlines() if line.startswith("median"))
+    assert median.split()[-1] == "yes" and " NO" not in out and "mismatch" not in out, out
