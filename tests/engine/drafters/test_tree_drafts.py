@@ -97,24 +97,30 @@ def made_up_fresh(made_up):
 def test_tree_drafts_keep_the_targets_law_at_t1(made_up, made_up_fresh, rule):
     """χ² of the first two tokens at T = 1, top-k 3, K 2 through the real loop, with the branches the made-up
     draft offers at almost every position; branches are taken (so their judging is what is tested)."""
-    prompt = made_up.target.tokenize(STORY)
-    made_up_fresh.reset()
-    law = two_token_law(made_up_fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
-    made_up.reset()
+    seen = _tree_keeps_law(made_up, made_up_fresh, made_up.target.tokenize(STORY), rule, max_tokens=2, draws=1500)
+    assert seen["tree"] >= 1500 and seen["hits"] >= 50, seen
+
+
+def _tree_keeps_law(pair, fresh, prompt, rule: str, max_tokens: int, draws: int) -> dict:
+    """χ² of the first two tokens at T = 1, top-k 3, K 2 through ``pair``'s loop with tree drafts against the law
+    computed from ``fresh``; the branch tokens offered and the branches taken, for the caller to require."""
+    fresh.reset()
+    law = two_token_law(fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
+    pair.reset()
     seen = {"tree": 0, "hits": 0}
 
     def first_two(seed: int):
-        cfg = GenConfig(max_tokens=2, k=2, proposer="tree", rule=rule,
+        cfg = GenConfig(max_tokens=max_tokens, k=2, proposer="tree", rule=rule,
                         sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
-        events = list(generate(made_up.target, prompt, cfg, made_up.proposer(cfg)))
+        events = list(generate(pair.target, prompt, cfg, pair.proposer(cfg)))
         steps = [e for e in events if isinstance(e, StepEvent)]
         seen["tree"] += sum(e.tree for e in steps)
         seen["hits"] += sum(e.branch_hit for e in steps)
         assert isinstance(events[-1], DoneEvent)
         return events[-1].tokens
 
-    assert_keeps_law(law, first_two, draws=1500)
-    assert seen["tree"] >= 1500 and seen["hits"] >= 50, seen
+    assert_keeps_law(law, first_two, draws=draws)
+    return seen
 
 
 def test_under_the_coupled_rule_a_seed_gives_the_same_text_with_trees_chains_or_none(made_up):
@@ -145,20 +151,6 @@ def test_tree_drafts_keep_the_targets_law_at_t1_on_the_demo_pair(smol_pair, smol
     (top-3 renormalised, its top probability is 0.37), so every draw offers a branch there; the draft is the
     target's own network at another precision, so the target seldom turns its chain token down and takes the
     branch instead (about one draw in twenty; the made-up pair above tests that often)."""
-    prompt = smol_pair.completion_prompt("He picked up the")
-    smol_fresh.reset()
-    law = two_token_law(smol_fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
-    smol_pair.reset()
-    seen = {"tree": 0, "hits": 0}
-
-    def first_two(seed: int):
-        cfg = GenConfig(max_tokens=3, k=2, proposer="tree", sampler=SamplerSettings(temperature=1.0, top_k=3, seed=seed))
-        events = list(generate(smol_pair.target, prompt, cfg, smol_pair.proposer(cfg)))
-        steps = [e for e in events if isinstance(e, StepEvent)]
-        seen["tree"] += sum(e.tree for e in steps)
-        seen["hits"] += sum(e.branch_hit for e in steps)
-        assert isinstance(events[-1], DoneEvent)
-        return events[-1].tokens
-
-    assert_keeps_law(law, first_two, draws=1000)
+    seen = _tree_keeps_law(smol_pair, smol_fresh, smol_pair.completion_prompt("He picked up the"), "rejection",
+                           max_tokens=3, draws=1000)
     assert seen["tree"] >= 1000 and seen["hits"] >= 20, seen  # (2635 branch tokens, 56 hits on this project's CPU)
