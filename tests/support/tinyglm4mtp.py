@@ -15,6 +15,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from support.nextnparts import Parts
 from support.tinyhybrid import _copy_vocab
 
 
@@ -22,7 +23,6 @@ def write_glm4moe_mtp(path: Path, vocab_from: Path, seed: int = 0, trunk: float 
                       mix: float = 0.3, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128, n_head: int = 4,
                       n_head_kv: int = 2, n_expert: int = 4, n_ff_exp: int = 32, n_ctx: int = 2048) -> Path:
     """A GLM-4.5 model of ``n_layer`` dense trunk blocks and one MoE MTP block (stored as block ``n_layer``)."""
-    shared = np.random.default_rng(12345)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch="glm4moe")
     w.add_name(f"tiny-glm4moe-mtp-s{seed}")
@@ -49,15 +49,9 @@ def write_glm4moe_mtp(path: Path, vocab_from: Path, seed: int = 0, trunk: float 
     w.add_nextn_predict_layers(1)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    def t(name: str, *shape: int, s: float) -> None:  # shape in numpy order (rows, cols)
-        w.add_tensor(name, (rng.standard_normal(shape) * s / np.sqrt(shape[-1])).astype(np.float32))
-
-    def ones(name: str, n: int) -> None:
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-
-    w.add_tensor("token_embd.weight", shared.standard_normal((n_vocab, n_embd)).astype(np.float16))
-    w.add_tensor("output.weight", shared.standard_normal((n_vocab, n_embd)).astype(np.float16))
-    ones("output_norm.weight", n_embd)
+    parts = Parts(w, rng)
+    t, ones = parts.noise, parts.ones
+    parts.embeddings(n_vocab, n_embd)
 
     def attention(p: str, s: float) -> None:
         ones(p + "attn_norm.weight", n_embd)
@@ -83,12 +77,7 @@ def write_glm4moe_mtp(path: Path, vocab_from: Path, seed: int = 0, trunk: float 
     t(p + "ffn_gate_shexp.weight", n_ff_exp, n_embd, s=1.0)
     t(p + "ffn_up_shexp.weight", n_ff_exp, n_embd, s=1.0)
     t(p + "ffn_down_shexp.weight", n_embd, n_ff_exp, s=head)
-    ones(p + "nextn.enorm.weight", n_embd)
-    ones(p + "nextn.hnorm.weight", n_embd)
-    eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)  # out = [e_norm | h_norm] @ eh.T
-    eh[:, :n_embd] = np.eye(n_embd)
-    eh[:, n_embd:] = rng.standard_normal((n_embd, n_embd)) * mix / np.sqrt(n_embd)
-    w.add_tensor(p + "nextn.eh_proj.weight", eh)
+    parts.nextn(p, n_embd, mix)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

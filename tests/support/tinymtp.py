@@ -22,6 +22,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from support.nextnparts import Parts
 from support.tinyhybrid import _copy_vocab
 
 
@@ -30,7 +31,6 @@ def write_qwen35_mtp(path: Path, vocab_from: Path, seed: int = 0, trunk: float =
                      n_head_kv: int = 2, n_ctx: int = 2048, mtp: bool = True) -> Path:
     """A Qwen3.5 model of ``n_layer`` trunk blocks (delta-net, then attention every 2nd) and, with ``mtp``,
     one MTP block (``nextn_predict_layers`` = 1, stored as block ``n_layer``)."""
-    shared = np.random.default_rng(12345)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch="qwen35")
     w.add_name(f"tiny-qwen35-mtp-s{seed}")
@@ -61,15 +61,9 @@ def write_qwen35_mtp(path: Path, vocab_from: Path, seed: int = 0, trunk: float =
         w.add_nextn_predict_layers(1)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    def t(name: str, *shape: int, s: float) -> None:  # shape in numpy order (rows, cols)
-        w.add_tensor(name, (rng.standard_normal(shape) * s / np.sqrt(shape[-1])).astype(np.float32))
-
-    def ones(name: str, n: int) -> None:
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-
-    w.add_tensor("token_embd.weight", shared.standard_normal((n_vocab, n_embd)).astype(np.float16))
-    w.add_tensor("output.weight", shared.standard_normal((n_vocab, n_embd)).astype(np.float16))
-    ones("output_norm.weight", n_embd)
+    parts = Parts(w, rng)
+    t, ones = parts.noise, parts.ones
+    parts.embeddings(n_vocab, n_embd)
 
     def attention(p: str, s: float) -> None:
         ones(p + "attn_q_norm.weight", head_dim)
@@ -105,12 +99,7 @@ def write_qwen35_mtp(path: Path, vocab_from: Path, seed: int = 0, trunk: float =
         p = f"blk.{n_layer}."
         block(p, head)
         attention(p, head)
-        ones(p + "nextn.enorm.weight", n_embd)
-        ones(p + "nextn.hnorm.weight", n_embd)
-        eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)  # out = [e_norm | h_norm] @ eh.T
-        eh[:, :n_embd] = np.eye(n_embd)
-        eh[:, n_embd:] = rng.standard_normal((n_embd, n_embd)) * mix / np.sqrt(n_embd)
-        w.add_tensor(p + "nextn.eh_proj.weight", eh)
+        parts.nextn(p, n_embd, mix)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
