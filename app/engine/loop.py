@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -35,7 +35,7 @@ from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_t
 from app.engine.stats import Stats, Summary
 from app.engine.target import Target, TreePasses
 from app.engine.decoding.text import Utf8Stream
-from app.engine.decoding.tree import TreeStep, chain_tree, judge_tree
+from app.engine.decoding.tree import TreeStep, chain_tree, cut_siblings, judge_tree, node_probs
 from app.engine.llama.treekv import TreeError
 from app.engine.decoding.verify import greedy_accept, rejection_sample, sample_and_match
 
@@ -268,8 +268,8 @@ class _Run:
         target, cfg, track = self.target, self.cfg, self.track
         t_pass = time.perf_counter()
         self.walked = None
-        if draft.siblings and target.tree is not None and len(self.tokens) + len(draft.tokens) + len(draft.siblings) \
-                <= target.n_ctx:  # (near the context's end the branches are left out)
+        # (near the context's end the branches are left out)
+        if draft.siblings and target.tree is not None and len(self.tokens) + draft.nodes <= target.n_ctx:
             return self.verify_tree(draft, target.tree, t_pass)
         batch = [self.tokens[-1]] + draft.tokens
         logits = self.no_end(target.decode(batch, range(len(batch))))
@@ -311,7 +311,7 @@ class _Run:
         """The draft as :meth:`emit` reads it: a tree's kept path and the child turned down after it, if any."""
         if self.walked is None:
             return draft
-        tokens, probs = self.walked.shown(draft.probs + [s.prob for s in draft.siblings])
+        tokens, probs = self.walked.shown(node_probs(draft.probs, draft.siblings))
         return Draft(tokens=tokens, probs=probs, seconds=draft.seconds)
 
     def emit(self, draft: Draft, n: int, nxt: int, logits: np.ndarray) -> list[TokenEvent]:
@@ -350,9 +350,9 @@ class _Run:
         mixed = self.mixes and source is spec  # lookup's tokens (before or after the model's) are free for the controller
         tree = self.walked or TreeStep()
         if self.walked is not None and length.auto and length.measured():  # what a branch brings, and costs
-            length.branches.learn(tree.offered, tree.hit, t_verify - length.verify()(len(tree.tree) + 1))
+            length.branches.learn(tree.siblings, tree.hit, t_verify - length.verify()(len(tree.tree) + 1))
         length.update(len(draft.tokens), min(n, tree.chain_kept), draft.seconds, t_verify, draft.synced,
-                      t_sync=draft.t_sync, free=draft.lookup if mixed else 0, tail=draft.tail if mixed else 0,
+                      t_sync=draft.t_aside, free=draft.lookup if mixed else 0, tail=draft.tail if mixed else 0,
                       extra=tree.offered)
         step_ev = StepEvent(step=self.step, drafted=len(draft.tokens) + tree.offered, accepted=n, emitted=emitted,
                             t_draft=draft.seconds, t_verify=t_verify, k=k, t_step=time.perf_counter() - t_step,
@@ -379,10 +379,9 @@ def _cut(draft: Draft, n: int) -> Draft:
     """The draft's first ``n`` tokens (those a grammar allows, those up to an end of generation), their siblings."""
     if n == len(draft.tokens):
         return draft
-    return Draft(tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],
-                 seconds=draft.seconds, synced=draft.synced, t_sync=draft.t_sync, lookup=min(draft.lookup, n),
-                 tail=max(0, draft.tail - (len(draft.tokens) - n)), earlier_head=draft.earlier_head,
-                 earlier_tail=draft.earlier_tail, siblings=[s for s in draft.siblings if s.pos < n])
+    return replace(draft, tokens=draft.tokens[:n], q=None if draft.q is None else draft.q[:n], probs=draft.probs[:n],
+                   lookup=min(draft.lookup, n), tail=max(0, draft.tail - (len(draft.tokens) - n)),
+                   siblings=cut_siblings(draft.siblings, n))
 
 
 def run(target: Target, prompt: Sequence[int], cfg: GenConfig, proposer: Optional[Proposer] = None,

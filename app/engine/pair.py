@@ -125,7 +125,8 @@ class Pair:
             raise ValueError("this pair has no draft model; use the prompt-lookup proposer")
         model = self.chain(p_min)
         if kind == ProposerName.TREE:  # the drafter's chain with branches (drafters/tree.py)
-            return TreeProposer(model)
+            own = isinstance(self.draft, Model) and self.draft_kind == DraftKind.MODEL  # its branches go deeper
+            return TreeProposer(model, tails=self.draft.tree if own and isinstance(self.draft, Model) else None)
         if kind != ProposerName.AUTO:
             return model
         return DuoProposer(model, self.lookup_index, self._lookup_acceptance, cfg.lookup_memory)

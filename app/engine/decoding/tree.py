@@ -40,7 +40,7 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -165,24 +165,54 @@ def _proposal(q: Optional[np.ndarray], x: int, vocab: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Sibling:
-    """A drafted alternative to the main chain's token at draft position ``pos`` (its sibling in the tree)."""
+    """A drafted alternative to the main chain's token at draft position ``pos`` (its sibling in the tree), and the
+    draft's tokens after it (its ``tail``: each the only child of the one before, the first the sibling's)."""
 
     pos: int
     token: int
     q: Optional[np.ndarray] = None  # what it was drawn from, given the chain's token (None: deterministic)
     prob: Optional[float] = None  # the draft's probability of it, for display
+    tail: tuple = ()  # tokens drafted after it on its branch
+    tail_q: tuple = ()  # what each was drawn from given its path (empty: deterministic)
+    tail_probs: tuple = ()  # the draft's probability of each, for display
+
+    @property
+    def size(self) -> int:
+        """Its nodes in the tree: itself and its tail."""
+        return 1 + len(self.tail)
 
 
 def chain_tree(chain: Sequence[int], q: Optional[Sequence[Optional[np.ndarray]]],
                siblings: Sequence[Sibling]) -> Tree:
     """The tree of a chain (node ``i`` is its token ``i``) and siblings of its tokens (after the chain, in
-    order of position; a sibling's parent is the chain token before its position)."""
+    order of position; a sibling's parent is the chain token before its position), each followed by its tail
+    (a tail token's parent is the node before it)."""
     tree = Tree()
     for i, tok in enumerate(chain):
         tree.add(tok, i - 1, q[i] if q is not None else None)
     for s in siblings:
-        tree.add(s.token, s.pos - 1, s.q)
+        v = tree.add(s.token, s.pos - 1, s.q)
+        for j, tok in enumerate(s.tail):
+            v = tree.add(tok, v, s.tail_q[j] if s.tail_q else None)
     return tree
+
+
+def node_probs(probs: Sequence[Optional[float]], siblings: Sequence[Sibling]) -> list[Optional[float]]:
+    """The draft's probabilities by node of :func:`chain_tree`'s tree (``probs``: the chain's)."""
+    out = list(probs)
+    for s in siblings:
+        out += [s.prob, *(s.tail_probs or [None] * len(s.tail))]
+    return out
+
+
+def cut_siblings(siblings: Sequence[Sibling], n: int) -> list[Sibling]:
+    """The siblings of a chain cut to its first ``n`` tokens, their tails cut to its depth."""
+    out = []
+    for s in (s for s in siblings if s.pos < n):
+        keep = n - s.pos - 1
+        out.append(s if len(s.tail) <= keep else replace(s, tail=s.tail[:keep], tail_q=s.tail_q[:keep],
+                                                           tail_probs=s.tail_probs[:keep]))
+    return out
 
 
 class TreeRows:
@@ -242,13 +272,20 @@ class TreeStep:
 
     @property
     def offered(self) -> int:
-        """Branch tokens beside the chain."""
+        """Branch tokens beside the chain (siblings and their tails)."""
         return len(self.tree) - self.chain
 
     @property
+    def siblings(self) -> int:
+        """Branches beside the chain (a sibling and its tail are one)."""
+        return sum(1 for v in range(self.chain, len(self.tree)) if self.tree.parents[v] < self.chain)
+
+    @property
     def hit(self) -> Optional[int]:
-        """The rank of the branch the kept path went through (None: it stayed on the chain)."""
-        return next((v - self.chain for v in self.walk.path if v >= self.chain), None)
+        """The rank of the branch the kept path went through (None: it stayed on the chain): the path leaves the
+        chain at a sibling, whose rank is the siblings before it."""
+        v = next((v for v in self.walk.path if v >= self.chain), None)
+        return None if v is None else sum(1 for u in range(self.chain, v) if self.tree.parents[u] < self.chain)
 
     @property
     def chain_kept(self) -> int:

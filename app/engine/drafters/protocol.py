@@ -51,6 +51,17 @@ class Draft:
     earlier_head: bool = False
     earlier_tail: bool = False
     siblings: list[Sibling] = field(default_factory=list)  # a tree drafter's alternatives to tokens (tree.py)
+    t_branches: float = 0.0  # of ``seconds``: drafting the siblings' tails (tails.py), not the chain's tokens
+
+    @property
+    def nodes(self) -> int:
+        """The tokens a target pass verifies beside the pending one: the chain's, the siblings and their tails."""
+        return len(self.tokens) + sum(s.size for s in self.siblings)
+
+    @property
+    def t_aside(self) -> float:
+        """Of ``seconds``: what is not the chain's per-token drafting (the catch-up, the branches' tails)."""
+        return self.t_sync + self.t_branches
 
     def from_lookup(self, i: int) -> bool:
         """Whether token ``i`` came from prompt lookup."""

@@ -143,6 +143,34 @@ class TreeKv:
         if m.hidden is not None:
             m.hidden.keep_path(base, nodes)
 
+    def fork(self, seq: int, pos: int) -> None:
+        """Give branch sequence ``seq`` sequence 0's cells below position ``pos`` (in a unified cache: their
+        metadata, no data): a branch of the context from ``pos`` on, for :meth:`decode_on` (a draft model's
+        branches, ``drafters/tails.py``)."""
+        if not 0 < seq < self.seqs:
+            raise TreeError(f"branch sequence {seq} is not one of this context's 1..{self.seqs - 1}")
+        L.llama_memory_seq_cp(self.model.mem, 0, seq, -1, pos)
+
+    def decode_on(self, items: Sequence[tuple[int, int, int]]) -> Optional[np.ndarray]:
+        """One pass of ``(sequence, token, position)`` items, each on its forked branch sequence: every item's
+        logits (a view valid until the next pass), or None where llama.cpp found no room (the caller stops
+        branching). Sequence 0 and ``model.cached`` stay as they were; :meth:`drop` removes the branches."""
+        m, b, n = self.model, self.batch, len(items)
+        if not 0 < n <= self.size:
+            raise TreeError(f"a branch pass of {n} tokens does not fit n_batch={self.size}")
+        b.n_tokens = n
+        for i, (seq, tok, pos) in enumerate(items):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, 1
+            b.seq_id[i][0] = seq
+        if L.llama_decode(m.ctx, b) != 0:
+            return None
+        m.decoded += n
+        return np.ctypeslib.as_array(L.llama_get_logits(m.ctx), shape=(n, m.n_vocab))
+
+    def drop(self) -> None:
+        """Remove every branch sequence (after :meth:`fork` and :meth:`decode_on`)."""
+        self._drop_branches()
+
     def _drop_branches(self) -> None:
         """Remove every branch sequence (1 ..): the cells only they held are freed."""
         for s in range(1, self.seqs):

@@ -1,5 +1,5 @@
 """Token trees (decoding/tree.py): the walk by the target's draws, recursive rejection sampling's exactness over
-siblings drawn without replacement (χ² on synthetic distributions), and the reports a step gives."""
+siblings drawn without replacement (χ² on synthetic distributions), siblings' tails, and the reports a step gives."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from app.engine.decoding.coupled import GumbelNoise
 from app.engine.decoding.sampling import SamplerSettings
-from app.engine.decoding.tree import (ROOT, Sibling, Tree, TreeStep, Walk, chain_tree, judge_tree,
-                                      recursive_rejection_sample, walk_by_draw, without)
+from app.engine.decoding.tree import (ROOT, Sibling, Tree, TreeStep, Walk, chain_tree, cut_siblings, judge_tree,
+                                      node_probs, recursive_rejection_sample, walk_by_draw, without)
 from app.engine.decoding.verify import sample_from
 from app.engine.names import Rule
 
@@ -140,3 +140,26 @@ def test_a_report_counts_offers_hits_and_the_chains_kept_tokens():
     assert [n.branch for n in nodes] == [False, False, False, True, True] and nodes[3].text == "<4>"
     assert TreeStep().offered == 0 and TreeStep().hit is None and TreeStep(tree, Walk((0,), 5, 1), 3).shown(
         [0.9, 0.8, 0.7, 0.2, 0.1]) == ([7, 8], [0.9, 0.8])
+
+
+def test_a_siblings_tail_hangs_below_it_and_a_report_counts_it_as_offered_not_as_a_branch():
+    """chain [7, 8, 9]; sibling 4 at position 0 with tail [6, 2]; sibling 5 at position 2 (its tail is cut to K)."""
+    sibs = [Sibling(0, 4, prob=0.3, tail=(6, 2), tail_probs=(0.6, 0.5)),
+            Sibling(2, 5, prob=0.2, tail=(3,), tail_probs=(0.4,))]
+    tree = chain_tree([7, 8, 9], None, sibs)
+    assert tree.tokens == [7, 8, 9, 4, 6, 2, 5, 3] and tree.parents == [ROOT, 0, 1, ROOT, 3, 4, 1, 6]
+    assert tree.children(3) == [4] and tree.depth(5) == 3 and tree.depth(7) == 4
+    cut = chain_tree([7, 8, 9], None, cut_siblings(sibs, 3))
+    assert max(cut.depth(v) for v in range(len(cut))) == 3 and cut.tokens == [7, 8, 9, 4, 6, 2, 5]
+    assert [s.size for s in cut_siblings(sibs, 1)] == [1]  # the chain cut to one token: its sibling alone
+    probs = node_probs([0.9, 0.8, 0.7], sibs)
+    assert probs == [0.9, 0.8, 0.7, 0.3, 0.6, 0.5, 0.2, 0.4]
+    walk = walk_by_draw(tree, lambda r: {0: 4, 4: 6, 5: 1}[r])  # the target takes the sibling and its tail's first
+    step = TreeStep(tree, walk, 3)
+    assert walk.path == (3, 4) and walk.rejected == 5
+    assert (step.offered, step.siblings, step.hit, step.chain_kept) == (5, 2, 0, 0)
+    assert step.shown(probs) == ([4, 6, 2], [0.3, 0.6, 0.5])
+    late = TreeStep(tree, walk_by_draw(tree, lambda r: {0: 7, 1: 8, 2: 5, 7: 3, 8: 1}[r]), 3)
+    assert late.walk.path == (0, 1, 6, 7) and late.hit == 1 and late.chain_kept == 2  # the second sibling
+    nodes = late.nodes(lambda t: b"x")
+    assert [n.parent for n in nodes] == tree.parents and [n.kept for n in nodes][6:] == [True, True]
