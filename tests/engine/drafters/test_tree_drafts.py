@@ -96,9 +96,12 @@ def made_up_fresh(made_up):
 @pytest.mark.parametrize("rule", ["rejection", "coupled", "match"])
 def test_tree_drafts_keep_the_targets_law_at_t1(made_up, made_up_fresh, rule):
     """χ² of the first two tokens at T = 1, top-k 3, K 2 through the real loop, with the branches the made-up
-    draft offers at almost every position; branches are taken (so their judging is what is tested)."""
-    seen = _tree_keeps_law(made_up, made_up_fresh, made_up.target.tokenize(STORY), rule, max_tokens=2, draws=1500)
+    draft offers at almost every position, each sibling at the first position continued by a tail token; branches
+    are taken and their tail tokens judged as the second token (so their judging is what is tested)."""
+    seen = _tree_keeps_law(made_up, made_up_fresh, made_up.target.tokenize(STORY), rule, max_tokens=3, draws=1500)
     assert seen["tree"] >= 1500 and seen["hits"] >= 50, seen
+    if rule != "match":  # the draft continues its siblings: tail nodes judged as the second token
+        assert seen["tails"] >= 30, seen
 
 
 def _tree_keeps_law(pair, fresh, prompt, rule: str, max_tokens: int, draws: int) -> dict:
@@ -107,7 +110,7 @@ def _tree_keeps_law(pair, fresh, prompt, rule: str, max_tokens: int, draws: int)
     fresh.reset()
     law = two_token_law(fresh, prompt, SamplerSettings(temperature=1.0, top_k=3))
     pair.reset()
-    seen = {"tree": 0, "hits": 0}
+    seen = {"tree": 0, "hits": 0, "tails": 0}  # tails: tail nodes judged (their parent, a branch node, kept)
 
     def first_two(seed: int):
         cfg = GenConfig(max_tokens=max_tokens, k=2, proposer="tree", rule=rule,
@@ -116,6 +119,8 @@ def _tree_keeps_law(pair, fresh, prompt, rule: str, max_tokens: int, draws: int)
         steps = [e for e in events if isinstance(e, StepEvent)]
         seen["tree"] += sum(e.tree for e in steps)
         seen["hits"] += sum(e.branch_hit for e in steps)
+        seen["tails"] += sum(e.branches[n.parent].kept for e in steps for n in e.branches
+                             if n.branch and n.parent >= 0 and e.branches[n.parent].branch)
         assert isinstance(events[-1], DoneEvent)
         return events[-1].tokens
 
