@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.pair import Pair
 from app.service.state import AppState
-from app.testing import load_options
 from app.ui import controls
-from support.tinyeagle3 import write_llama
+from support.treepair import made_up_tree_pair
 
 
 @pytest.fixture(scope="module")
 def tree_pair(tmp_path_factory, smol_paths):
-    d = tmp_path_factory.mktemp("tree-api")
-    target = write_llama(d / "tiny-llama.gguf", smol_paths[1], seed=1)
-    draft = write_llama(d / "tiny-bigram.gguf", smol_paths[1], seed=2, trunk=0.0)
-    pair = Pair.load(target, draft, load_options(n_ctx=1024))
+    pair = made_up_tree_pair(tmp_path_factory.mktemp("tree-api"), smol_paths[1])
     yield pair
     pair.close()
 

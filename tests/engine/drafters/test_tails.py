@@ -19,7 +19,7 @@ from app.engine.llama.backend import Model
 from app.engine.loop import GenConfig, generate, run
 from app.engine.pair import Pair
 from app.testing import load_options
-from support.tinyeagle3 import write_llama
+from support.treepair import made_up_tree_pair
 
 GREEDY = SamplerSettings(temperature=0.0)
 STORY = "Once upon a time, in a land far away, there was"
@@ -28,10 +28,7 @@ STORY = "Once upon a time, in a land far away, there was"
 @pytest.fixture(scope="module")
 def made_up(tmp_path_factory, smol_paths):
     """The made-up llama target and its bigram draft (test_tree_drafts.py's pair)."""
-    d = tmp_path_factory.mktemp("tails")
-    target = write_llama(d / "target.gguf", smol_paths[1], seed=1)
-    draft = write_llama(d / "bigram.gguf", smol_paths[1], seed=2, trunk=0.0)
-    pair = Pair.load(target, draft, load_options(n_ctx=1024))
+    pair = made_up_tree_pair(tmp_path_factory.mktemp("tails"), smol_paths[1])
     yield pair
     pair.close()
 

@@ -13,14 +13,13 @@ from app.engine.llama.treekv import TreeError
 from app.engine.loop import GenConfig, generate, run
 from app.engine.drafters.draftmodel import DraftModelProposer
 from app.engine.drafters.tree import TreeProposer
-from app.engine.pair import Pair
 from app.engine.limits import LimitError
 from app.engine.decoding.grammar import GrammarSpec
 from app.testing import load_options
 from support.coupled import parted
 from support.greedy import assert_same_greedy
 from support.loopchi2 import assert_keeps_law, two_token_law
-from support.tinyeagle3 import write_llama
+from support.treepair import made_up_tree_pair
 from support.tinyhybrid import write_lfm2
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -31,10 +30,7 @@ STORY = "Once upon a time, in a land far away, there was"
 def made_up(tmp_path_factory, smol_paths):
     """A made-up llama target and a bigram draft of the same vocabulary (its blocks add nothing): the draft's
     runner-up is often the target's choice, so branches are taken."""
-    d = tmp_path_factory.mktemp("tree")
-    target = write_llama(d / "target.gguf", smol_paths[1], seed=1)
-    draft = write_llama(d / "bigram.gguf", smol_paths[1], seed=2, trunk=0.0)
-    pair = Pair.load(target, draft, load_options(n_ctx=1024))
+    pair = made_up_tree_pair(tmp_path_factory.mktemp("tree"), smol_paths[1])
     yield pair
     pair.close()
 
