@@ -76,21 +76,15 @@ class DraftModelProposer(ProposerBase):
         self._learn_reading(draft.synced, draft.t_sync)
         recent = list(recent_window(history, sampler))  # grows with the draft; the sampler windows it
         for j in range(k):
-            if sample:
-                q = distribution(logits, sampler, recent)
-                x = sample_from(q, rng) if noise is None else gumbel_max(q, noise.at(len(history) + j, len(q)))
-                p_x, top = float(q[x]), float(q.max())
-            else:
-                x = greedy_token(logits, sampler, recent)
-                p_x = top = _softmax_at(logits, x)
+            x, p_x, top, q = draw(logits, sampler, recent, rng, sample, noise, len(history) + j)
             if top < self.p_min:
                 break
             draft.tokens.append(x)
             draft.probs.append(p_x)
-            if sample:
+            if q is not None:
                 draft.q.append(q)
             if self.spare is not None:
-                self.spare(j, x, top, q if sample else logits, recent)
+                self.spare(j, x, top, q if q is not None else logits, recent)
             if recent:
                 recent.append(x)
             if self.model.is_eog(x):  # (None from an MTP head, which has no vocabulary: the loop cuts there)
@@ -141,6 +135,21 @@ class DraftModelProposer(ProposerBase):
         """Nothing to free: the draft model belongs to whoever loaded it (the Pair closes it)."""
 
 
-def _softmax_at(logits: np.ndarray, x: int) -> float:
+def draw(logits: np.ndarray, sampler: SamplerSettings, recent: Sequence[int], rng: np.random.Generator,
+         sample: bool, noise: Optional[GumbelNoise], at: int) -> tuple[int, float, float, Optional[np.ndarray]]:
+    """A drafted token after ``logits`` at absolute position ``at``, drawn as the verification rule needs it (the
+    argmax after the penalty over ``recent``; a draw from ``q`` at T > 0; with ``noise``, the Gumbel-max of ``q``
+    with that position's noise): (token, its probability, the top probability, ``q`` where sampled)."""
+    if sample:
+        q = distribution(logits, sampler, recent)
+        x = sample_from(q, rng) if noise is None else gumbel_max(q, noise.at(at, len(q)))
+        return x, float(q[x]), float(q.max()), q
+    x = greedy_token(logits, sampler, recent)
+    p_x = softmax_at(logits, x)
+    return x, p_x, p_x, None
+
+
+def softmax_at(logits: np.ndarray, x: int) -> float:
+    """The softmax of ``logits`` at ``x``, without forming the whole distribution."""
     m = float(logits[x])
     return float(1.0 / np.exp(logits - m, dtype=np.float32).sum())

@@ -22,10 +22,10 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from app.engine.decoding.coupled import GumbelNoise, gumbel_max
-from app.engine.decoding.sampling import SamplerSettings, distribution, greedy_token
+from app.engine.decoding.coupled import GumbelNoise
+from app.engine.decoding.sampling import SamplerSettings
 from app.engine.decoding.tree import Sibling
-from app.engine.decoding.verify import sample_from
+from app.engine.drafters.draftmodel import draw
 from app.engine.llama.treekv import TreeKv
 
 
@@ -91,20 +91,13 @@ def _draw(b: _Branch, logits: np.ndarray, how: Drawing) -> None:
     """The branch's next token after ``b.last`` (at ``b.pos + 1``), as the chain draws; ``b.pos`` = -1 where the
     branch ends (the draft's top probability under ``p_min``, or an end of generation drawn)."""
     at = b.pos + 1
-    if how.sample:
-        q = distribution(logits, how.sampler, b.recent)
-        x = sample_from(q, how.rng) if how.noise is None else gumbel_max(q, how.noise.at(at, len(q)))
-        p_x, top = float(q[x]), float(q.max())
-    else:
-        x = greedy_token(logits, how.sampler, b.recent)
-        z = np.asarray(logits, dtype=np.float64)
-        p_x = top = float(1.0 / np.exp(z - z[x]).sum())
+    x, p_x, top, q = draw(logits, how.sampler, b.recent, how.rng, how.sample, how.noise, at)
     if top < how.p_min:
         b.pos = -1
         return
     b.tokens.append(x)
     b.probs.append(p_x)
-    if how.sample:
+    if q is not None:
         b.q.append(q)
     if b.recent:
         b.recent.append(x)

@@ -41,7 +41,7 @@ from app.engine.decoding.coupled import GumbelNoise, gumbel_max
 from app.engine.decoding.sampling import SamplerSettings, penalise, recent_window
 from app.engine.decoding.tree import Sibling, without
 from app.engine.decoding.verify import sample_from
-from app.engine.drafters.draftmodel import DraftModelProposer
+from app.engine.drafters.draftmodel import DraftModelProposer, softmax_at
 from app.engine.drafters.protocol import Draft, ProposerBase
 from app.engine.drafters.tails import Drawing, grow_tails
 from app.engine.llama.treekv import TreeKv
@@ -102,7 +102,7 @@ class TreeProposer(ProposerBase):
                 z = np.array(penalise(row, recent_window(recent, sampler), sampler.repeat_penalty), dtype=np.float64)
                 z[x] = -np.inf
                 alt = int(np.argmax(z))
-                siblings.append(Sibling(pos, alt, None, _softmax_at(row, alt)))
+                siblings.append(Sibling(pos, alt, None, softmax_at(row, alt)))
                 return
             rest = without(row, [x])  # row: q
             if rest is None:
@@ -128,7 +128,3 @@ class TreeProposer(ProposerBase):
     def close(self) -> None:
         self.chain.close()
 
-
-def _softmax_at(logits: np.ndarray, x: int) -> float:
-    z = np.asarray(logits, dtype=np.float64)
-    return float(1.0 / np.exp(z - z[x]).sum())
